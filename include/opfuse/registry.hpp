@@ -1,0 +1,61 @@
+// opfuse/registry.hpp - the one table of kernels.
+//
+// Each row is one kernel: the op it implements, its stage (or peer library), a name
+// `op__stage[_isa_tile]`, the ISA it needs, a one-line description of what it does
+// differently, a supports() predicate and its entry points. The same table drives
+// `opfuse ops`, `opfuse check`, the tests and `opfuse-bench`. Rows of one op and stage are
+// ordered best-first; the naive row of every op accepts every valid problem.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "opfuse/context.hpp"
+#include "opfuse/ops.hpp"
+#include "opfuse/status.hpp"
+#include "opfuse/tensor.hpp"
+
+namespace opfuse {
+
+// Who implements a kernel: an opfuse stage, or a peer library registered for comparison.
+enum class Impl : std::uint8_t { naive, simd, fused, cuda, onednn, eigen };
+std::string_view impl_name(Impl i) noexcept;
+inline bool is_stage(Impl i) noexcept { return i <= Impl::cuda; }
+inline Impl impl_of(Stage s) noexcept { return static_cast<Impl>(s); }
+
+// What a kernel's execute receives. Shapes, pointers, aliasing and counts are validated
+// before; a kernel only asserts.
+struct KernelArgs {
+  const OpDesc* desc = nullptr;
+  const Tensor* const* in = nullptr;   // desc->inputs.size() tensors
+  const Tensor* const* out = nullptr;  // output_names(desc).size() tensors
+  float* workspace = nullptr;          // workspace(desc) floats, 64-byte aligned
+  void* state = nullptr;               // what prepare() built (packed weights, peer primitives)
+  int threads = 1;
+};
+
+struct KernelDef {
+  OpKind op;
+  Impl impl;
+  std::string_view name;     // "conv2d__naive", "gemm__simd_avx512_6x32"
+  std::string_view isa;      // "scalar", "avx512", ...
+  std::string_view summary;  // what this kernel does, for `opfuse ops` and the reports
+  // nullptr accepts every valid desc.
+  bool (*supports)(const OpDesc&) = nullptr;
+  // Scratch floats execute needs (allocated once at prepare); nullptr means none.
+  std::size_t (*workspace)(const OpDesc&) = nullptr;
+  // Optional prepare step: packs weights, builds peer primitives. May throw std::bad_alloc
+  // (reported as out_of_memory); returns unsupported/internal for anything else.
+  Status (*prepare)(const OpDesc&, const Context&, std::shared_ptr<void>& state) = nullptr;
+  // Computes the outputs. Must not throw.
+  void (*execute)(const KernelArgs&) = nullptr;
+};
+
+// All kernels of the opfuse library, in registry order.
+std::span<const KernelDef> kernels() noexcept;
+// Peer kernels (oneDNN, Eigen) live in the opfuse_peers library; see peers.hpp.
+const KernelDef* find_kernel(std::string_view name) noexcept;
+
+}  // namespace opfuse

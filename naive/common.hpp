@@ -1,0 +1,58 @@
+// naive/common.hpp - scalar building blocks shared by the naive kernels.
+//
+// Conventions: every tensor is addressed through its strides (Tensor::strides()), so one
+// loop nest serves NCHW and NHWC. NaN in means NaN out for every elementwise function here.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "opfuse/ops.hpp"
+#include "opfuse/tensor.hpp"
+
+namespace opfuse::naive {
+
+using Index = std::array<std::int64_t, kMaxRank>;
+
+// act(x) for one activation (see ActKind for the formulas).
+float activate(const Activation& act, float x);
+// a <op> b.
+float apply_binary(BinaryKind kind, float a, float b);
+
+// Strides that read `operand` at the logical index of an output of shape `out`, following
+// NumPy broadcasting (trailing dims aligned, stride 0 where the operand has size 1 or lacks
+// the dim). Indexed by the output's logical dims.
+Index broadcast_strides(const TensorDesc& operand, const Shape& out);
+
+// Element offset of logical index `idx` (first `rank` entries) under `strides`.
+inline std::int64_t offset_of(const Index& strides, const Index& idx, int rank) {
+  std::int64_t off = 0;
+  for (int d = 0; d < rank; ++d) off += strides[static_cast<std::size_t>(d)] * idx[static_cast<std::size_t>(d)];
+  return off;
+}
+
+// Advances idx through `shape` in row-major logical order; false after the last index.
+inline bool next_index(Index& idx, const Shape& shape) {
+  for (int d = shape.rank - 1; d >= 0; --d) {
+    auto u = static_cast<std::size_t>(d);
+    if (++idx[u] < shape.dims[u]) return true;
+    idx[u] = 0;
+  }
+  return false;
+}
+
+// Runs a conv2d/gemm post-op chain over y in place, one materialized pass per step.
+// `operands` points at the first post-op operand tensor; channels are logical dim 1 of y
+// (C for conv2d outputs (N,C,P,Q), N for gemm outputs (M,N)).
+void apply_post_ops(const PostOps& post_ops, const Tensor& y, const Tensor* const* operands);
+
+// y = batchnorm(x) per channel (logical dim 1): scale * (x - mean) / sqrt(var + eps) + bias.
+// x and y may be the same tensor.
+void batchnorm_pass(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor& bias, const Tensor& mean,
+                    const Tensor& var, float eps);
+// y = act(x) elementwise; x and y have the same shape and may alias.
+void activation_pass(const Activation& act, const Tensor& x, const Tensor& y);
+// y = a <op> b with broadcasting; y may alias a or b when shapes match.
+void binary_pass(BinaryKind kind, const Tensor& a, const Tensor& b, const Tensor& y);
+
+}  // namespace opfuse::naive

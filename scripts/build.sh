@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what is missing, then configures and builds opfuse (Release) into build/.
+# Extra arguments go to cmake's configure step, e.g. -DOPFUSE_SANITIZE=ON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+BUILD_DIR=${OPFUSE_BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds opfuse and runs the whole test suite (GoogleTest under CTest, plus CLI checks).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/build.sh
+BUILD_DIR=${OPFUSE_BUILD_DIR:-build}
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"

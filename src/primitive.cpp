@@ -1,0 +1,207 @@
+// src/primitive.cpp - kernel selection, prepare once / execute many, tensor validation.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "opfuse/primitive.hpp"
+
+namespace opfuse {
+
+namespace {
+struct AlignedFree {
+  void operator()(float* p) const noexcept { std::free(p); }
+};
+
+Status op_error(StatusCode code, const OpDesc& d, const std::string& msg) {
+  return {code, fmt::format("{}: {}", op_name(d.op), msg)};
+}
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const float* a0 = a.data();
+  const float* b0 = b.data();
+  return a0 < b0 + b.numel() && b0 < a0 + a.numel();
+}
+
+Status check_context(const OpDesc& d, const Context& ctx) {
+  if (static_cast<int>(ctx.stage) >= kStageCount)
+    return op_error(StatusCode::invalid_argument, d,
+                    fmt::format("context stage {} is unknown", static_cast<int>(ctx.stage)));
+  if (ctx.threads < 0)
+    return op_error(StatusCode::invalid_argument, d, fmt::format("context threads {} must be >= 0", ctx.threads));
+  return Status::ok();
+}
+}  // namespace
+
+struct Primitive::Impl {
+  OpDesc desc;
+  const KernelDef* kernel = nullptr;
+  std::vector<TensorDesc> outputs;
+  std::shared_ptr<void> state;
+  std::unique_ptr<float, AlignedFree> workspace;
+  int threads = 1;
+};
+
+const OpDesc& Primitive::desc() const noexcept { return impl_->desc; }
+const KernelDef& Primitive::kernel() const noexcept { return *impl_->kernel; }
+const std::vector<TensorDesc>& Primitive::output_descs() const noexcept { return impl_->outputs; }
+
+const KernelDef* select_kernel(const OpDesc& desc, const Context& ctx) noexcept {
+  // Stages from ctx.stage down to naive; within a stage the table is best-first.
+  for (int s = static_cast<int>(ctx.stage); s >= 0; --s) {
+    for (const KernelDef& k : kernels()) {
+      if (k.op != desc.op || k.impl != static_cast<Impl>(s)) continue;
+      bool ok = true;
+      try {
+        ok = !k.supports || k.supports(desc);
+      } catch (...) {
+        ok = false;
+      }
+      if (ok) return &k;
+    }
+    if (!ctx.fallback) break;
+  }
+  return nullptr;
+}
+
+Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, const Context& ctx) noexcept {
+  try {
+    auto outs = infer_outputs(desc);
+    if (!outs) return outs.status();
+    if (Status s = check_context(desc, ctx); !s) return s;
+    if (kernel.op != desc.op)
+      return op_error(StatusCode::invalid_argument, desc,
+                      fmt::format("kernel {} implements {}, not this op", kernel.name, op_name(kernel.op)));
+    if (!kernel.execute)
+      return op_error(StatusCode::internal, desc, fmt::format("kernel {} has no execute", kernel.name));
+    if (kernel.supports && !kernel.supports(desc))
+      return op_error(StatusCode::unsupported, desc,
+                      fmt::format("kernel {} does not support case {}", kernel.name, case_name(desc)));
+    auto impl = std::make_shared<Primitive::Impl>();
+    impl->desc = desc;
+    impl->kernel = &kernel;
+    impl->outputs = std::move(*outs);
+    impl->threads = resolve_threads(ctx.threads);
+    if (kernel.workspace) {
+      const std::size_t floats = kernel.workspace(desc);
+      if (floats > 0) {
+        if (floats > (SIZE_MAX - kAlignment) / sizeof(float))
+          return op_error(StatusCode::out_of_memory, desc, fmt::format("workspace of {} floats is too large", floats));
+        const std::size_t bytes = (floats * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
+        auto* p = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+        if (!p)
+          return op_error(StatusCode::out_of_memory, desc,
+                          fmt::format("cannot allocate a {}-byte workspace for {}", bytes, kernel.name));
+        impl->workspace.reset(p);
+      }
+    }
+    if (kernel.prepare) {
+      Context c = ctx;
+      c.threads = impl->threads;
+      if (Status s = kernel.prepare(desc, c, impl->state); !s) return s;
+    }
+    Primitive prim;
+    prim.impl_ = std::move(impl);
+    return prim;
+  } catch (const std::bad_alloc&) {
+    return op_error(StatusCode::out_of_memory, desc, "out of memory while preparing");
+  } catch (const std::exception& e) {
+    return op_error(StatusCode::internal, desc, fmt::format("prepare failed: {}", e.what()));
+  } catch (...) {
+    return op_error(StatusCode::internal, desc, "prepare failed with an unknown exception");
+  }
+}
+
+Result<Primitive> prepare(const OpDesc& desc, const Context& ctx) noexcept {
+  try {
+    if (Status s = validate(desc); !s) return s;
+    if (Status s = check_context(desc, ctx); !s) return s;
+    const KernelDef* k = select_kernel(desc, ctx);
+    if (!k)
+      return op_error(StatusCode::unsupported, desc,
+                      fmt::format("no {} kernel{} accepts case {}", stage_name(ctx.stage),
+                                  ctx.fallback ? " (or lower stage)" : "", case_name(desc)));
+    return prepare_kernel(desc, *k, ctx);
+  } catch (...) {
+    return op_error(StatusCode::out_of_memory, desc, "out of memory while preparing");
+  }
+}
+
+Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Tensor* const> out) const noexcept {
+  if (!impl_) return {StatusCode::invalid_argument, "execute on an empty Primitive (prepare failed or was not called)"};
+  const Impl& im = *impl_;
+  const OpDesc& d = im.desc;
+  try {
+    if (in.size() != d.inputs.size())
+      return op_error(StatusCode::invalid_argument, d,
+                      fmt::format("expected {} input tensors, got {}", d.inputs.size(), in.size()));
+    if (out.size() != im.outputs.size())
+      return op_error(StatusCode::invalid_argument, d,
+                      fmt::format("expected {} output tensors, got {}", im.outputs.size(), out.size()));
+    const auto in_names = input_names(d);
+    const auto out_names = output_names(d);
+    auto check_tensor = [&](const Tensor* t, const TensorDesc& want, const std::string& label) -> Status {
+      if (!t) return op_error(StatusCode::invalid_argument, d, fmt::format("{} is a null pointer", label));
+      if (t->empty()) return op_error(StatusCode::invalid_argument, d, fmt::format("{} has no data", label));
+      if (!(t->desc() == want))
+        return op_error(StatusCode::invalid_argument, d,
+                        fmt::format("{} is {} ({}) but the op was prepared for {} ({})", label, t->shape().str(),
+                                    to_string(t->layout()), want.shape.str(), to_string(want.layout)));
+      return Status::ok();
+    };
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (Status s = check_tensor(in[i], d.inputs[i], fmt::format("input '{}'", in_names[i])); !s) return s;
+    for (std::size_t o = 0; o < out.size(); ++o) {
+      const std::string label = fmt::format("output '{}'", out_names[o]);
+      if (Status s = check_tensor(out[o], im.outputs[o], label); !s) return s;
+      if (out[o]->read_only())
+        return op_error(StatusCode::invalid_argument, d, fmt::format("{} is a read-only view", label));
+      for (std::size_t p = 0; p < o; ++p)
+        if (overlaps(*out[o], *out[p]))
+          return op_error(StatusCode::invalid_argument, d, fmt::format("{} overlaps output '{}'", label, out_names[p]));
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        if (!overlaps(*out[o], *in[i])) continue;
+        const bool same = out[o]->data() == in[i]->data() && out[o]->desc() == in[i]->desc();
+        if (!same || !allows_inplace(d, static_cast<int>(i), static_cast<int>(o)))
+          return op_error(
+              StatusCode::invalid_argument, d,
+              fmt::format("{} overlaps input '{}' and this op cannot run in place on it", label, in_names[i]));
+      }
+    }
+    KernelArgs args;
+    args.desc = &d;
+    args.in = in.data();
+    args.out = out.data();
+    args.workspace = im.workspace.get();
+    args.state = im.state.get();
+    args.threads = im.threads;
+    im.kernel->execute(args);
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return op_error(StatusCode::out_of_memory, d, "out of memory while executing");
+  } catch (...) {
+    return op_error(StatusCode::internal, d, "a kernel threw an exception");
+  }
+}
+
+Status run(const OpDesc& desc, std::span<const Tensor* const> inputs, std::span<const Tensor* const> outputs,
+           const Context& ctx) noexcept {
+  auto prim = prepare(desc, ctx);
+  if (!prim) return prim.status();
+  return prim->execute(inputs, outputs);
+}
+
+Status run(const OpDesc& desc, std::initializer_list<const Tensor*> inputs,
+           std::initializer_list<const Tensor*> outputs, const Context& ctx) noexcept {
+  return run(desc, std::span<const Tensor* const>(inputs.begin(), inputs.size()),
+             std::span<const Tensor* const>(outputs.begin(), outputs.size()), ctx);
+}
+
+}  // namespace opfuse

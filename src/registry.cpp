@@ -1,0 +1,74 @@
+// src/registry.cpp - THE table of kernels. One row per kernel; rows of one (op, stage) are
+// ordered best-first. Adding a kernel is adding a row (and its file under naive/, simd/,
+// fused/ or cuda/). `opfuse ops`, `opfuse check`, the tests and opfuse-bench all read it.
+#include <array>
+
+#include "naive/naive.hpp"
+#include "opfuse/registry.hpp"
+
+namespace opfuse {
+
+namespace {
+using K = OpKind;
+constexpr Impl N = Impl::naive;
+
+// clang-format off
+const KernelDef kTable[] = {
+  // op                      impl  name                          isa       summary
+  {K::gemm,              N, "gemm__naive",              "scalar", "triple loop i-k-j over row-major (M,K)x(K,N); post-ops as separate passes", nullptr, nullptr, nullptr, naive::gemm},
+  {K::conv2d,            N, "conv2d__naive",            "scalar", "direct 7-loop convolution, any layout/stride/dilation/groups; post-ops as separate passes", nullptr, nullptr, nullptr, naive::conv2d},
+  {K::batchnorm,         N, "batchnorm__naive",         "scalar", "per-element scale*(x-mean)/sqrt(var+eps)+bias", nullptr, nullptr, nullptr, naive::batchnorm},
+  {K::relu,              N, "relu__naive",              "scalar", "one scalar loop calling the activation function", nullptr, nullptr, nullptr, naive::unary},
+  {K::clip,              N, "clip__naive",              "scalar", "one scalar loop calling the activation function", nullptr, nullptr, nullptr, naive::unary},
+  {K::leaky_relu,        N, "leaky_relu__naive",        "scalar", "one scalar loop calling the activation function", nullptr, nullptr, nullptr, naive::unary},
+  {K::sigmoid,           N, "sigmoid__naive",           "scalar", "one scalar loop calling std::exp", nullptr, nullptr, nullptr, naive::unary},
+  {K::tanh,              N, "tanh__naive",              "scalar", "one scalar loop calling std::tanh", nullptr, nullptr, nullptr, naive::unary},
+  {K::gelu,              N, "gelu__naive",              "scalar", "one scalar loop calling std::erf / std::tanh", nullptr, nullptr, nullptr, naive::unary},
+  {K::silu,              N, "silu__naive",              "scalar", "one scalar loop calling std::exp", nullptr, nullptr, nullptr, naive::unary},
+  {K::hardswish,         N, "hardswish__naive",         "scalar", "one scalar loop calling the activation function", nullptr, nullptr, nullptr, naive::unary},
+  {K::add,               N, "add__naive",               "scalar", "NumPy broadcasting through stride-0 dims, one element at a time", nullptr, nullptr, nullptr, naive::binary},
+  {K::sub,               N, "sub__naive",               "scalar", "NumPy broadcasting through stride-0 dims, one element at a time", nullptr, nullptr, nullptr, naive::binary},
+  {K::mul,               N, "mul__naive",               "scalar", "NumPy broadcasting through stride-0 dims, one element at a time", nullptr, nullptr, nullptr, naive::binary},
+  {K::div,               N, "div__naive",               "scalar", "NumPy broadcasting through stride-0 dims, one element at a time", nullptr, nullptr, nullptr, naive::binary},
+  {K::maxpool2d,         N, "maxpool2d__naive",         "scalar", "window loop per output element, NaN-propagating max", nullptr, nullptr, nullptr, naive::pool2d},
+  {K::avgpool2d,         N, "avgpool2d__naive",         "scalar", "window loop per output element, divisor per count_include_pad", nullptr, nullptr, nullptr, naive::pool2d},
+  {K::global_avgpool,    N, "global_avgpool__naive",    "scalar", "sum over H*W per (n, c)", nullptr, nullptr, nullptr, naive::global_avgpool},
+  {K::softmax,           N, "softmax__naive",           "scalar", "three passes per row: max, exp-sum, normalize", nullptr, nullptr, nullptr, naive::softmax},
+  {K::layernorm,         N, "layernorm__naive",         "scalar", "residual add pass, then mean and variance passes, then normalize", nullptr, nullptr, nullptr, naive::layernorm},
+  {K::rmsnorm,           N, "rmsnorm__naive",           "scalar", "residual add pass, then mean-square pass, then normalize", nullptr, nullptr, nullptr, naive::rmsnorm},
+  {K::attention,         N, "attention__naive",         "scalar", "materializes the Sq x Skv score matrix per head: QK^T, scale+mask, softmax, times V", nullptr, naive::attention_workspace, nullptr, naive::attention},
+  {K::inverted_residual, N, "inverted_residual__naive", "scalar", "expand 1x1 + BN + ReLU6, depthwise 3x3 + BN + ReLU6, project 1x1 + BN, each materialized", nullptr, naive::inverted_residual_workspace, nullptr, naive::inverted_residual},
+  {K::eltwise_chain,     N, "eltwise_chain__naive",     "scalar", "one full pass over the tensor per step", nullptr, nullptr, nullptr, naive::eltwise_chain},
+};
+// clang-format on
+}  // namespace
+
+std::span<const KernelDef> kernels() noexcept { return kTable; }
+
+const KernelDef* find_kernel(std::string_view name) noexcept {
+  for (const KernelDef& k : kTable)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::string_view impl_name(Impl i) noexcept {
+  switch (i) {
+    case Impl::naive: return "naive";
+    case Impl::simd: return "simd";
+    case Impl::fused: return "fused";
+    case Impl::cuda: return "cuda";
+    case Impl::onednn: return "onednn";
+    case Impl::eigen: return "eigen";
+  }
+  return "unknown";
+}
+
+std::string_view stage_name(Stage s) noexcept { return impl_name(impl_of(s)); }
+
+std::optional<Stage> stage_from_name(std::string_view name) noexcept {
+  for (int i = 0; i < kStageCount; ++i)
+    if (stage_name(static_cast<Stage>(i)) == name) return static_cast<Stage>(i);
+  return std::nullopt;
+}
+
+}  // namespace opfuse
