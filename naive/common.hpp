@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 
 #include "opfuse/ops.hpp"
 #include "opfuse/tensor.hpp"
@@ -31,6 +32,18 @@ inline std::int64_t offset_of(const Index& strides, const Index& idx, int rank) 
   return off;
 }
 
+// Product of non-negative factors as a workspace size in floats, saturating at SIZE_MAX so an
+// absurd problem makes prepare() report out_of_memory instead of wrapping around.
+inline std::size_t product_or_max(std::initializer_list<std::int64_t> factors) {
+  std::size_t r = 1;
+  for (std::int64_t f : factors) {
+    const auto u = static_cast<std::size_t>(f);
+    if (f < 0 || (u != 0 && r > SIZE_MAX / u)) return SIZE_MAX;
+    r *= u;
+  }
+  return r;
+}
+
 // Advances idx through `shape` in row-major logical order; false after the last index.
 inline bool next_index(Index& idx, const Shape& shape) {
   for (int d = shape.rank - 1; d >= 0; --d) {
@@ -40,6 +53,10 @@ inline bool next_index(Index& idx, const Shape& shape) {
   }
   return false;
 }
+
+// y = conv2d(x, w) + bias with p's geometry (p.post_ops and p.has_bias are ignored; bias may be
+// null). Shapes come from the tensors; y is (N, K, P, Q). Defined in conv.cpp.
+void conv2d_pass(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, const Conv2dParams& p);
 
 // Runs a conv2d/gemm post-op chain over y in place, one materialized pass per step.
 // `operands` points at the first post-op operand tensor; channels are logical dim 1 of y
