@@ -428,12 +428,25 @@ Status check_and_infer(const OpDesc& d, std::vector<TensorDesc>& outs) {
   return {StatusCode::internal, fmt::format("{}: no validation rule", op_name(d.op))};
 }
 
+// Inputs were checked one by one; an output can still be too large to address (a broadcast,
+// a huge gemm N times a huge M).
+Status check_outputs(const OpDesc& d, const std::vector<TensorDesc>& outs) {
+  const std::vector<std::string> names = output_names(d);
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    if (Status s =
+            outs[i].shape.validate(fmt::format("{}: output '{}'", op_name(d.op), i < names.size() ? names[i] : "?"));
+        !s)
+      return s;
+  return Status::ok();
+}
+
 }  // namespace
 
 Status validate(const OpDesc& desc) {
   std::vector<TensorDesc> outs;
   try {
-    return check_and_infer(desc, outs);
+    if (Status s = check_and_infer(desc, outs); !s) return s;
+    return check_outputs(desc, outs);
   } catch (const std::bad_alloc&) {
     return {StatusCode::out_of_memory, fmt::format("{}: out of memory while validating", op_name(desc.op))};
   }
@@ -443,6 +456,7 @@ Result<std::vector<TensorDesc>> infer_outputs(const OpDesc& desc) {
   std::vector<TensorDesc> outs;
   try {
     if (Status s = check_and_infer(desc, outs); !s) return s;
+    if (Status s = check_outputs(desc, outs); !s) return s;
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::out_of_memory, fmt::format("{}: out of memory while validating", op_name(desc.op)));
   }

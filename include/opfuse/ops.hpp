@@ -167,11 +167,15 @@ struct Pool2dParams {
   std::int64_t dilation_h = 1, dilation_w = 1;  // maxpool2d only
   std::int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   bool ceil_mode = false;
-  bool count_include_pad = false;  // avgpool2d only: divide by the full window incl. padding
+  // avgpool2d only: divide by the window positions inside the padded input (padding counts,
+  // a ceil-mode overhang past the padding does not) instead of the real elements only.
+  bool count_include_pad = false;
 };
 
 struct GlobalPoolParams {};
 
+// A row containing NaN gives NaN; a fully masked row (max is -inf) gives all zeros, since it
+// holds no probability mass (PyTorch gives NaN there; attention kernels commonly give 0).
 struct SoftmaxParams {
   int axis = -1;      // any axis, negative counts from the end
   float scale = 1.f;  // softmax(scale * x + mask)
@@ -193,6 +197,8 @@ struct AttentionParams {
   bool has_mask = false;
   // Key j is hidden from query i when j > i + (Skv - Sq): bottom-right aligned, which is the
   // usual top-left causal mask when Sq == Skv and the right one for a query suffix (KV cache).
+  // Causally hidden keys are never read (NaN there does not spread, as in a flash kernel that
+  // skips hidden tiles); a query with no visible key outputs 0 (the softmax fully-masked rule).
   bool causal = false;
 };
 
