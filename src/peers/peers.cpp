@@ -1,0 +1,123 @@
+// src/peers/peers.cpp - THE table of peer kernels (oneDNN 2.6, Eigen 3.4), one row each.
+// Same shape as src/registry.cpp; the entry points live in onednn.cpp and eigen.cpp.
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <string>
+
+#include "oneapi/dnnl/dnnl.hpp"
+#include "peers/peers.hpp"
+
+namespace opfuse::peers {
+
+namespace {
+using K = OpKind;
+constexpr Impl D = Impl::onednn;
+constexpr Impl E = Impl::eigen;
+
+// The Eigen rows run code compiled for eigen::required_isa: check the CPU first (this file is
+// compiled for the baseline ISA).
+bool eigen_cpu_ok() noexcept {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    const unsigned need = eigen::required_isa;
+    if ((need & eigen::kIsaAvx2) && !__builtin_cpu_supports("avx2")) return false;
+    if ((need & eigen::kIsaFma) && !__builtin_cpu_supports("fma")) return false;
+    if ((need & eigen::kIsaAvx512f) && !__builtin_cpu_supports("avx512f")) return false;
+    if ((need & eigen::kIsaAvx512dq) && !__builtin_cpu_supports("avx512dq")) return false;
+    return true;
+  }();
+  return ok;
+}
+bool eigen_gemm_supports(const OpDesc& d) { return eigen_cpu_ok() && eigen::supports_gemm(d); }
+bool eigen_conv2d_supports(const OpDesc& d) { return eigen_cpu_ok() && eigen::supports_conv2d(d); }
+
+// Every oneDNN row uses the same three entry points (they dispatch on desc.op).
+#define OPFUSE_ONEDNN onednn::supports, nullptr, onednn::prepare, onednn::execute
+
+// clang-format off
+const KernelDef kTable[] = {
+  // op                      impl  name                           isa       summary
+  {K::gemm,              D, "gemm__onednn",              "onednn", "oneDNN matmul primitive: trans via strides, alpha as output scale, beta as sum post-op, bias arg (binary-add post-op when alpha != 1), post-ops via primitive attributes, BN folded to scale/shift", OPFUSE_ONEDNN},
+  {K::conv2d,            D, "conv2d__onednn",            "onednn", "oneDNN convolution_forward (direct), src/dst in the user layout, weights format any reordered on every execute; bias arg, post-ops via attributes, BN folded to scale/shift", OPFUSE_ONEDNN},
+  {K::batchnorm,         D, "batchnorm__onednn",         "onednn", "oneDNN batch_normalization_forward inference, use_global_stats|use_scale|use_shift", OPFUSE_ONEDNN},
+  {K::relu,              D, "relu__onednn",              "onednn", "oneDNN eltwise_forward, eltwise_relu", OPFUSE_ONEDNN},
+  {K::clip,              D, "clip__onednn",              "onednn", "oneDNN eltwise_forward, eltwise_clip (declines lo > hi)", OPFUSE_ONEDNN},
+  {K::leaky_relu,        D, "leaky_relu__onednn",        "onednn", "oneDNN eltwise_forward, eltwise_relu with alpha = slope", OPFUSE_ONEDNN},
+  {K::sigmoid,           D, "sigmoid__onednn",           "onednn", "oneDNN eltwise_forward, eltwise_logistic", OPFUSE_ONEDNN},
+  {K::tanh,              D, "tanh__onednn",              "onednn", "oneDNN eltwise_forward, eltwise_tanh", OPFUSE_ONEDNN},
+  {K::gelu,              D, "gelu__onednn",              "onednn", "oneDNN eltwise_forward, eltwise_gelu_erf / eltwise_gelu_tanh", OPFUSE_ONEDNN},
+  {K::silu,              D, "silu__onednn",              "onednn", "oneDNN eltwise_forward, eltwise_swish with alpha 1", OPFUSE_ONEDNN},
+  {K::hardswish,         D, "hardswish__onednn",         "onednn", "oneDNN eltwise_forward, eltwise_hardswish", OPFUSE_ONEDNN},
+  {K::add,               D, "add__onednn",               "onednn", "oneDNN binary primitive, binary_add; a and b swapped when a broadcasts, both broadcast as (0 + a) + b", OPFUSE_ONEDNN},
+  {K::sub,               D, "sub__onednn",               "onednn", "oneDNN binary primitive, binary_sub; a broadcast a as -(b - a), both broadcast as (0 + a) - b", OPFUSE_ONEDNN},
+  {K::mul,               D, "mul__onednn",               "onednn", "oneDNN binary primitive, binary_mul; a and b swapped when a broadcasts, both broadcast as (0 + a) * b", OPFUSE_ONEDNN},
+  {K::div,               D, "div__onednn",               "onednn", "oneDNN binary primitive, binary_div; a broadcast a is first materialized as 0 + a", OPFUSE_ONEDNN},
+  {K::maxpool2d,         D, "maxpool2d__onednn",         "onednn", "oneDNN pooling_v2_forward, pooling_max with dilation; ceil mode as a larger right padding", OPFUSE_ONEDNN},
+  {K::avgpool2d,         D, "avgpool2d__onednn",         "onednn", "oneDNN pooling_v2_forward, avg include/exclude padding; ceil mode as a larger right padding", OPFUSE_ONEDNN},
+  {K::global_avgpool,    D, "global_avgpool__onednn",    "onednn", "oneDNN pooling_v2_forward, average over an HxW kernel", OPFUSE_ONEDNN},
+  {K::softmax,           D, "softmax__onednn",           "onednn", "oneDNN softmax_forward on the axis, after eltwise_linear (scale) and binary_add (mask) primitives", OPFUSE_ONEDNN},
+  {K::layernorm,         D, "layernorm__onednn",         "onednn", "oneDNN layer_normalization_forward (use_scale|use_shift) on the 2-D view, after a binary_add primitive for the residual", OPFUSE_ONEDNN},
+  {K::rmsnorm,           D, "rmsnorm__onednn",           "onednn", "sequence of oneDNN primitives: eltwise_square, reduction_mean, eltwise linear+pow(-1/2), binary_mul x2", OPFUSE_ONEDNN},
+  {K::attention,         D, "attention__onednn",         "onednn", "sequence of oneDNN primitives: batched matmul QK^T (output scale), binary_add masks, softmax, matmul with V", OPFUSE_ONEDNN},
+  {K::inverted_residual, D, "inverted_residual__onednn", "onednn", "three oneDNN convolutions with BN folded to scale/shift post-ops, clip 0..6 post-ops, residual as binary-add post-op", OPFUSE_ONEDNN},
+  {K::eltwise_chain,     D, "eltwise_chain__onednn",     "onednn", "leading unary steps as oneDNN eltwise primitives, then a binary primitive with every later step as its post-ops (one primitive per step if unsupported)", OPFUSE_ONEDNN},
+  {K::gemm,              E, "gemm__eigen",               "eigen",  "Eigen 3.4 GEMM on row-major Maps (transposes as views), alpha/beta/bias/post-ops as Eigen array expressions; OpenMP threads only if built with -fopenmp", eigen_gemm_supports, eigen::gemm_workspace, nullptr, eigen::gemm},
+  {K::conv2d,            E, "conv2d__eigen",             "eigen",  "im2col per image + Eigen 3.4 GEMM, NCHW, groups 1; bias and post-ops as Eigen array expressions; OpenMP threads only if built with -fopenmp", eigen_conv2d_supports, eigen::conv2d_workspace, nullptr, eigen::conv2d},
+};
+// clang-format on
+#undef OPFUSE_ONEDNN
+
+// Every op has exactly one oneDNN row (the reference of `opfuse check --stage naive`).
+static_assert(sizeof(kTable) / sizeof(kTable[0]) == kOpCount + 2, "one oneDNN row per op plus the Eigen rows");
+}  // namespace
+
+std::span<const KernelDef> kernels() noexcept { return kTable; }
+
+const KernelDef* find(std::string_view name) noexcept {
+  for (const KernelDef& k : kTable)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+const KernelDef* onednn_reference(OpKind op) noexcept {
+  for (const KernelDef& k : kTable)
+    if (k.op == op && k.impl == Impl::onednn) return &k;
+  return nullptr;
+}
+
+std::string versions() {
+  const dnnl_version_t* v = dnnl_version();
+  std::string s = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                  std::to_string(v->patch) + " (" + (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other") +
+                  " runtime), Eigen " + std::to_string(eigen::version[0]) + "." + std::to_string(eigen::version[1]) +
+                  "." + std::to_string(eigen::version[2]);
+  const unsigned isa = eigen::required_isa;
+  s += isa & eigen::kIsaAvx512f ? " (AVX-512" : isa & eigen::kIsaAvx2 ? " (AVX2" : " (SSE2";
+#ifdef _OPENMP
+  s += ", OpenMP)";
+#else
+  s += ", 1 thread)";
+#endif
+  return s;
+}
+
+ThreadScope::ThreadScope(int threads) noexcept {
+#ifdef _OPENMP
+  if (threads > 0) {
+    previous_ = omp_get_max_threads();
+    omp_set_num_threads(threads);
+  }
+#else
+  (void)threads;
+#endif
+}
+
+ThreadScope::~ThreadScope() {
+#ifdef _OPENMP
+  if (previous_ > 0) omp_set_num_threads(previous_);
+#endif
+}
+
+}  // namespace opfuse::peers
