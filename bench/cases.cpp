@@ -1,0 +1,191 @@
+// bench/cases.cpp - the curated benchmark problems (see cases.hpp).
+//
+// Sizes: compute-bound ops use real layers (a 1024^3 GEMM, BERT-base FFN, ResNet-50 and
+// MobileNetV2 convolutions); memory-bound ops use activations of a few MB (ResNet's
+// 64x112x112 map is 3.2 MB), big enough to leave L2 and small enough for the naive stage to
+// finish in well under a second per iteration.
+#include "cases.hpp"
+
+#include <utility>
+
+namespace opfuse::bench {
+
+namespace {
+
+TensorDesc td(Shape s) { return {s, Layout::nchw}; }
+
+// Appends the operands of a post-op chain: batchnorm takes 4 x (channels), binary one
+// tensor of the output's shape.
+void add_post_op_operands(std::vector<TensorDesc>& in, const PostOps& post_ops, std::int64_t channels,
+                          const Shape& out) {
+  for (const PostOp& p : post_ops) {
+    if (p.kind == PostOp::Kind::batchnorm)
+      for (int i = 0; i < 4; ++i) in.push_back(td({channels}));
+    else if (p.kind == PostOp::Kind::binary)
+      in.push_back(td(out));
+  }
+}
+
+// y (M, N) = a (M, K) * b (K, N) [+ bias (N)], then post_ops.
+OpDesc gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool bias, PostOps post_ops = {}) {
+  GemmParams p;
+  p.has_bias = bias;
+  p.post_ops = std::move(post_ops);
+  OpDesc d{OpKind::gemm, {}, {td({m, k}), td({k, n})}};
+  if (bias) d.inputs.push_back(td({n}));
+  add_post_op_operands(d.inputs, p.post_ops, n, {m, n});
+  d.params = std::move(p);
+  return d;
+}
+
+// x (N, C, H, W) * w (K, C/groups, R, R), stride s, pad p on every side.
+OpDesc conv(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t k, std::int64_t r,
+            std::int64_t s, std::int64_t pad, std::int64_t groups = 1, PostOps post_ops = {}) {
+  Conv2dParams p;
+  p.stride_h = p.stride_w = s;
+  p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = pad;
+  p.groups = groups;
+  p.post_ops = std::move(post_ops);
+  const std::int64_t oh = (h + 2 * pad - r) / s + 1, ow = (w + 2 * pad - r) / s + 1;
+  OpDesc d{OpKind::conv2d, {}, {td({n, c, h, w}), td({k, c / groups, r, r})}};
+  add_post_op_operands(d.inputs, p.post_ops, k, {n, k, oh, ow});
+  d.params = std::move(p);
+  return d;
+}
+
+OpDesc unary(OpKind op, Shape s, std::optional<Activation> act = std::nullopt) {
+  OpDesc d{op, default_params(op), {td(s)}};
+  if (act) d.params = UnaryParams{*act};
+  return d;
+}
+
+OpDesc binary(OpKind op, Shape a, Shape b) { return {op, BinaryParams{}, {td(a), td(b)}}; }
+
+OpDesc batchnorm(Shape x) {
+  OpDesc d{OpKind::batchnorm, BatchnormParams{}, {td(x)}};
+  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({x[1]}));
+  return d;
+}
+
+OpDesc pool(OpKind op, Shape x, std::int64_t k, std::int64_t s, std::int64_t pad) {
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = k;
+  p.stride_h = p.stride_w = s;
+  p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = pad;
+  return {op, p, {td(x)}};
+}
+
+// Normalizes the last dim; [bias]; [residual like x].
+OpDesc norm(OpKind op, Shape x, bool residual) {
+  NormParams p = std::get<NormParams>(default_params(op));
+  p.has_residual = residual;
+  OpDesc d{op, p, {td(x), td({x[x.rank - 1]})}};
+  if (op == OpKind::layernorm && p.has_bias) d.inputs.push_back(td({x[x.rank - 1]}));
+  if (residual) d.inputs.push_back(td(x));
+  return d;
+}
+
+OpDesc attention(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t dh, bool causal = false) {
+  AttentionParams p;
+  p.causal = causal;
+  return {OpKind::attention, p, {td({b, h, s, dh}), td({b, h, s, dh}), td({b, h, s, dh})}};
+}
+
+// MobileNetV2 block: expand 1x1 (t * cin), depthwise 3x3 / stride, project 1x1 to cout.
+OpDesc inverted_residual(Shape x, std::int64_t t, std::int64_t cout, std::int64_t stride) {
+  InvertedResidualParams p;
+  p.stride = stride;
+  p.residual = stride == 1 && cout == x[1];
+  const std::int64_t ce = t * x[1];
+  OpDesc d{OpKind::inverted_residual, p, {td(x), td({ce, x[1], 1, 1})}};
+  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
+  d.inputs.push_back(td({ce, 1, 3, 3}));
+  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
+  d.inputs.push_back(td({cout, ce, 1, 1}));
+  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({cout}));
+  return d;
+}
+
+OpDesc eltwise_chain(Shape x, std::vector<ChainStep> steps) {
+  OpDesc d{OpKind::eltwise_chain, {}, {td(x)}};
+  for (const ChainStep& s : steps)
+    if (s.kind == ChainStep::Kind::binary) d.inputs.push_back(td(x));
+  d.params = ChainParams{std::move(steps)};
+  return d;
+}
+
+}  // namespace
+
+std::vector<OpDesc> bench_cases() {
+  using K = OpKind;
+  const PostOp bn = PostOp::batchnorm(), add = PostOp::add(), relu = PostOp::activation(Activation::relu()),
+               relu6 = PostOp::activation(Activation::relu6()),
+               gelu = PostOp::activation(Activation::of(ActKind::gelu_erf));
+  // A ResNet-50 activation after the stem: 64 x 112 x 112 = 3.2 MB.
+  const Shape act{1, 64, 112, 112};
+  std::vector<OpDesc> c;
+
+  // gemm: the square reference point, and BERT-base's FFN pair at sequence length 128.
+  c.push_back(gemm(1024, 1024, 1024, false));
+  c.push_back(gemm(128, 3072, 768, true, {gelu}));  // FFN up-projection + bias + GELU
+  c.push_back(gemm(128, 768, 3072, true));          // FFN down-projection + bias
+
+  // conv2d: ResNet-50 layer1 3x3, layer1 1x1 reduce with its BN + residual + ReLU tail, the
+  // 7x7/2 stem, and a MobileNetV2 depthwise 3x3 (24*6 = 144 channels at 56x56).
+  c.push_back(conv(1, 64, 56, 56, 64, 3, 1, 1));
+  c.push_back(conv(1, 256, 56, 56, 64, 1, 1, 0, 1, {bn, add, relu}));
+  c.push_back(conv(1, 3, 224, 224, 64, 7, 2, 3, 1, {bn, relu}));
+  c.push_back(conv(1, 144, 56, 56, 144, 3, 1, 1, 144, {bn, relu6}));
+
+  c.push_back(batchnorm(act));
+
+  // Unary ops: one 3.2 MB activation each (relu6 is clip's default); GELU also on BERT's
+  // FFN hidden (128 x 3072).
+  for (K op : {K::relu, K::clip, K::leaky_relu, K::sigmoid, K::tanh, K::gelu, K::silu, K::hardswish})
+    c.push_back(unary(op, act));
+  c.push_back(unary(K::gelu, {128, 3072}));
+
+  // Binary ops: same-shape (residual add), plus per-channel broadcasts (a squeeze-excite
+  // scale, a bias add).
+  for (K op : {K::add, K::sub, K::mul, K::div}) c.push_back(binary(op, act, act));
+  c.push_back(binary(K::add, act, {1, 64, 1, 1}));
+  c.push_back(binary(K::mul, act, {1, 64, 1, 1}));
+
+  // Pools: ResNet's 3x3/2 max pool after the stem, a 2x2/2 average pool, a 3x3/1 same-size
+  // average pool, and the ResNet-50 / MobileNetV2 heads.
+  c.push_back(pool(K::maxpool2d, {1, 64, 112, 112}, 3, 2, 1));
+  c.push_back(pool(K::avgpool2d, {1, 128, 56, 56}, 2, 2, 0));
+  c.push_back(pool(K::avgpool2d, {1, 192, 28, 28}, 3, 1, 1));
+  c.push_back({K::global_avgpool, GlobalPoolParams{}, {td({1, 2048, 7, 7})}});
+  c.push_back({K::global_avgpool, GlobalPoolParams{}, {td({1, 1280, 7, 7})}});
+
+  // softmax: BERT attention probabilities (12 heads, 128 and 256 tokens), ImageNet logits.
+  c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 128, 128})}});
+  c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 256, 256})}});
+  c.push_back({K::softmax, SoftmaxParams{}, {td({256, 1000})}});
+
+  // Norms over BERT-base hidden states (4096 tokens x 768) and a LLaMA-7B-width rmsnorm.
+  c.push_back(norm(K::layernorm, {4096, 768}, false));
+  c.push_back(norm(K::layernorm, {4096, 768}, true));
+  c.push_back(norm(K::rmsnorm, {4096, 768}, false));
+  c.push_back(norm(K::rmsnorm, {512, 4096}, true));
+
+  // attention: BERT-base self-attention at 128 and 512 tokens, and a causal decoder prefill.
+  c.push_back(attention(1, 12, 128, 64));
+  c.push_back(attention(1, 12, 512, 64));
+  c.push_back(attention(1, 12, 512, 64, true));
+
+  // inverted_residual: MobileNetV2's 24-channel block at 56x56 (with residual) and the
+  // stride-2 block that enters it (16 -> 24 channels, 112 -> 56).
+  c.push_back(inverted_residual({1, 24, 56, 56}, 6, 24, 1));
+  c.push_back(inverted_residual({1, 16, 112, 112}, 6, 24, 2));
+
+  // eltwise_chain: 4 MB through 4 steps (bias add, GELU, scale, ReLU): the naive stage makes
+  // 4 passes, a fused one 1.
+  c.push_back(eltwise_chain(
+      {1048576}, {ChainStep::binary_step(BinaryKind::add), ChainStep::unary_step(Activation::of(ActKind::gelu_erf)),
+                  ChainStep::binary_step(BinaryKind::mul), ChainStep::unary_step(Activation::relu())}));
+  return c;
+}
+
+}  // namespace opfuse::bench
