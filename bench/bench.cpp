@@ -282,6 +282,11 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("opfuse_threads", std::to_string(nproc));
   benchmark::AddCustomContext("opfuse_compiler", bench::compiler());
   benchmark::AddCustomContext("opfuse_isa", bench::cpu_isa());
+#ifdef NDEBUG
+  benchmark::AddCustomContext("opfuse_build_type", "release");
+#else
+  benchmark::AddCustomContext("opfuse_build_type", "debug (assertions on)");
+#endif
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   // A curated case that no longer validates is a bug in the case list or in validate().

@@ -34,6 +34,9 @@ Status check_context(const OpDesc& d, const Context& ctx) {
   if (static_cast<int>(ctx.stage) >= kStageCount)
     return op_error(StatusCode::invalid_argument, d,
                     fmt::format("context stage {} is unknown", static_cast<int>(ctx.stage)));
+  if (static_cast<int>(ctx.max_isa) > static_cast<int>(Isa::avx512))
+    return op_error(StatusCode::invalid_argument, d,
+                    fmt::format("context max_isa {} is unknown", static_cast<int>(ctx.max_isa)));
   if (ctx.threads < 0)
     return op_error(StatusCode::invalid_argument, d, fmt::format("context threads {} must be >= 0", ctx.threads));
   return Status::ok();
@@ -47,6 +50,8 @@ struct Primitive::Impl {
   std::shared_ptr<void> state;
   std::unique_ptr<float, AlignedFree> workspace;
   int threads = 1;
+  std::vector<Tensor> constants;             // bound at prepare; empty Tensor for runtime inputs
+  mutable std::vector<const Tensor*> bound;  // execute's input pointers (sized at prepare)
 };
 
 const OpDesc& Primitive::desc() const noexcept { return impl_->desc; }
@@ -55,9 +60,10 @@ const std::vector<TensorDesc>& Primitive::output_descs() const noexcept { return
 
 const KernelDef* select_kernel(const OpDesc& desc, const Context& ctx) noexcept {
   // Stages from ctx.stage down to naive; within a stage the table is best-first.
+  const Isa isa = effective_isa(ctx);
   for (int s = static_cast<int>(ctx.stage); s >= 0; --s) {
     for (const KernelDef& k : kernels()) {
-      if (k.op != desc.op || k.impl != static_cast<Impl>(s)) continue;
+      if (k.op != desc.op || k.impl != static_cast<Impl>(s) || kernel_isa(k) > isa) continue;
       bool ok = true;
       try {
         ok = !k.supports || k.supports(desc);
@@ -71,16 +77,37 @@ const KernelDef* select_kernel(const OpDesc& desc, const Context& ctx) noexcept 
   return nullptr;
 }
 
-Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, const Context& ctx) noexcept {
+Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, const Context& ctx,
+                                 std::span<const Tensor* const> constants) noexcept {
   try {
     auto outs = infer_outputs(desc);
     if (!outs) return outs.status();
     if (Status s = check_context(desc, ctx); !s) return s;
+    if (!constants.empty() && constants.size() != desc.inputs.size())
+      return op_error(
+          StatusCode::invalid_argument, desc,
+          fmt::format("constants has {} entries, expected one per input ({})", constants.size(), desc.inputs.size()));
+    const auto names = input_names(desc);
+    for (std::size_t i = 0; i < constants.size(); ++i) {
+      const Tensor* c = constants[i];
+      if (!c) continue;
+      if (c->empty())
+        return op_error(StatusCode::invalid_argument, desc, fmt::format("constant input '{}' has no data", names[i]));
+      if (!(c->desc() == desc.inputs[i]))
+        return op_error(
+            StatusCode::invalid_argument, desc,
+            fmt::format("constant input '{}' is {} ({}) but the desc says {} ({})", names[i], c->shape().str(),
+                        to_string(c->layout()), desc.inputs[i].shape.str(), to_string(desc.inputs[i].layout)));
+    }
     if (kernel.op != desc.op)
       return op_error(StatusCode::invalid_argument, desc,
                       fmt::format("kernel {} implements {}, not this op", kernel.name, op_name(kernel.op)));
     if (!kernel.execute)
       return op_error(StatusCode::internal, desc, fmt::format("kernel {} has no execute", kernel.name));
+    if (kernel_isa(kernel) > effective_isa(ctx))
+      return op_error(StatusCode::unsupported, desc,
+                      fmt::format("kernel {} needs {}, but this CPU / OPFUSE_ISA / context allow only {}", kernel.name,
+                                  kernel.isa, isa_name(effective_isa(ctx))));
     if (kernel.supports && !kernel.supports(desc))
       return op_error(StatusCode::unsupported, desc,
                       fmt::format("kernel {} does not support case {}", kernel.name, case_name(desc)));
@@ -102,10 +129,22 @@ Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, co
         impl->workspace.reset(p);
       }
     }
+    impl->constants.resize(desc.inputs.size());
+    impl->bound.resize(desc.inputs.size());
+    std::vector<const Tensor*> const_ptrs;
+    if (!constants.empty()) {
+      const_ptrs.resize(constants.size());
+      for (std::size_t i = 0; i < constants.size(); ++i)
+        if (constants[i]) {
+          impl->constants[i] = *constants[i];
+          const_ptrs[i] = &impl->constants[i];
+        }
+    }
     if (kernel.prepare) {
       Context c = ctx;
       c.threads = impl->threads;
-      if (Status s = kernel.prepare(desc, c, impl->state); !s) return s;
+      if (Status s = kernel.prepare(desc, c, const_ptrs.empty() ? nullptr : const_ptrs.data(), impl->state); !s)
+        return s;
     }
     Primitive prim;
     prim.impl_ = std::move(impl);
@@ -119,7 +158,7 @@ Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, co
   }
 }
 
-Result<Primitive> prepare(const OpDesc& desc, const Context& ctx) noexcept {
+Result<Primitive> prepare(const OpDesc& desc, const Context& ctx, std::span<const Tensor* const> constants) noexcept {
   try {
     if (Status s = validate(desc); !s) return s;
     if (Status s = check_context(desc, ctx); !s) return s;
@@ -128,7 +167,7 @@ Result<Primitive> prepare(const OpDesc& desc, const Context& ctx) noexcept {
       return op_error(StatusCode::unsupported, desc,
                       fmt::format("no {} kernel{} accepts case {}", stage_name(ctx.stage),
                                   ctx.fallback ? " (or lower stage)" : "", case_name(desc)));
-    return prepare_kernel(desc, *k, ctx);
+    return prepare_kernel(desc, *k, ctx, constants);
   } catch (...) {
     return op_error(StatusCode::out_of_memory, desc, "out of memory while preparing");
   }
@@ -156,8 +195,20 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
                                     to_string(t->layout()), want.shape.str(), to_string(want.layout)));
       return Status::ok();
     };
-    for (std::size_t i = 0; i < in.size(); ++i)
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const Tensor& bound = im.constants[i];
+      if (!bound.empty()) {
+        // Bound at prepare: nullptr or the very same tensor.
+        if (in[i] && (in[i]->data() != bound.data() || !(in[i]->desc() == bound.desc())))
+          return op_error(StatusCode::invalid_argument, d,
+                          fmt::format("input '{}' was bound as a constant at prepare; pass nullptr or the same tensor",
+                                      in_names[i]));
+        im.bound[i] = &bound;
+        continue;
+      }
       if (Status s = check_tensor(in[i], d.inputs[i], fmt::format("input '{}'", in_names[i])); !s) return s;
+      im.bound[i] = in[i];
+    }
     for (std::size_t o = 0; o < out.size(); ++o) {
       const std::string label = fmt::format("output '{}'", out_names[o]);
       if (Status s = check_tensor(out[o], im.outputs[o], label); !s) return s;
@@ -167,8 +218,9 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
         if (overlaps(*out[o], *out[p]))
           return op_error(StatusCode::invalid_argument, d, fmt::format("{} overlaps output '{}'", label, out_names[p]));
       for (std::size_t i = 0; i < in.size(); ++i) {
-        if (!overlaps(*out[o], *in[i])) continue;
-        const bool same = out[o]->data() == in[i]->data() && out[o]->desc() == in[i]->desc();
+        const Tensor& src = *im.bound[i];
+        if (!overlaps(*out[o], src)) continue;
+        const bool same = out[o]->data() == src.data() && out[o]->desc() == src.desc();
         if (!same || !allows_inplace(d, static_cast<int>(i), static_cast<int>(o)))
           return op_error(
               StatusCode::invalid_argument, d,
@@ -177,7 +229,7 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
     }
     KernelArgs args;
     args.desc = &d;
-    args.in = in.data();
+    args.in = im.bound.data();
     args.out = out.data();
     args.workspace = im.workspace.get();
     args.state = im.state.get();

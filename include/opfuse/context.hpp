@@ -15,6 +15,18 @@ inline constexpr int kStageCount = 4;
 std::string_view stage_name(Stage s) noexcept;
 std::optional<Stage> stage_from_name(std::string_view name) noexcept;
 
+// Instruction-set levels of the simd stage, lowest first. Kernels name the level they need
+// (`gemm__simd_avx512_14x32`); selection takes the best kernel the CPU, the environment
+// variable OPFUSE_ISA=avx512|avx2|sse2 and Context::max_isa all allow.
+enum class Isa : std::uint8_t { scalar, sse2, avx2, avx512 };
+std::string_view isa_name(Isa isa) noexcept;
+std::optional<Isa> isa_from_name(std::string_view name) noexcept;
+// The best level this CPU runs (avx2 means AVX2 + FMA; avx512 means AVX-512 F/BW/DQ/VL).
+Isa cpu_isa() noexcept;
+// The level OPFUSE_ISA caps to (read once per process); avx512 when unset. An unknown value
+// is ignored (and reported by `opfuse ops`).
+Isa env_isa_cap() noexcept;
+
 struct Context {
   // The highest stage to use. Kernels of this stage are tried best-first; when none accepts
   // the problem the next lower stage is tried (fused -> simd -> naive; cuda -> fused -> ...).
@@ -23,6 +35,12 @@ struct Context {
   int threads = 0;
   // false: only kernels of exactly `stage` (prepare returns unsupported otherwise).
   bool fallback = true;
+  // Highest ISA level kernels may use; the effective level is the minimum of this, the CPU's
+  // and OPFUSE_ISA's.
+  Isa max_isa = Isa::avx512;
 };
+
+// min(cpu_isa(), env_isa_cap(), ctx.max_isa).
+Isa effective_isa(const Context& ctx) noexcept;
 
 }  // namespace opfuse

@@ -9,6 +9,11 @@
 // tensors (count, shape, layout, null data, read-only outputs, overlapping buffers) and
 // leaves outputs untouched on error. A Primitive owns a workspace: do not execute the same
 // Primitive from two threads at once (prepare one per thread instead).
+//
+// Constant inputs: pass `constants` (one entry per input, nullptr for runtime inputs) to bind
+// weights at prepare time, so kernels can pack or transform them once (BN folding, GEMM
+// panels, blocked layouts). The Primitive keeps a handle to each bound tensor (a view's memory
+// must stay alive); at execute, pass nullptr for a bound input (or the same tensor).
 #pragma once
 
 #include <initializer_list>
@@ -38,13 +43,16 @@ class Primitive {
  private:
   struct Impl;
   std::shared_ptr<Impl> impl_;
-  friend Result<Primitive> prepare_kernel(const OpDesc&, const KernelDef&, const Context&) noexcept;
+  friend Result<Primitive> prepare_kernel(const OpDesc&, const KernelDef&, const Context&,
+                                          std::span<const Tensor* const>) noexcept;
 };
 
 // Validates desc and prepares the best kernel for ctx.
-Result<Primitive> prepare(const OpDesc& desc, const Context& ctx = {}) noexcept;
+Result<Primitive> prepare(const OpDesc& desc, const Context& ctx = {},
+                          std::span<const Tensor* const> constants = {}) noexcept;
 // Prepares one specific kernel (used by check and bench); unsupported if it declines.
-Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, const Context& ctx = {}) noexcept;
+Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, const Context& ctx = {},
+                                 std::span<const Tensor* const> constants = {}) noexcept;
 // The kernel prepare() would pick, or nullptr.
 const KernelDef* select_kernel(const OpDesc& desc, const Context& ctx) noexcept;
 

@@ -46,12 +46,21 @@ struct KernelDef {
   bool (*supports)(const OpDesc&) = nullptr;
   // Scratch floats execute needs (allocated once at prepare); nullptr means none.
   std::size_t (*workspace)(const OpDesc&) = nullptr;
-  // Optional prepare step: packs weights, builds peer primitives. May throw std::bad_alloc
-  // (reported as out_of_memory); returns unsupported/internal for anything else.
-  Status (*prepare)(const OpDesc&, const Context&, std::shared_ptr<void>& state) = nullptr;
+  // Optional prepare step: packs weights, builds peer primitives. `constants` is nullptr, or
+  // holds desc.inputs.size() entries: the inputs the caller bound at prepare time (weights) and
+  // nullptr for the runtime ones; a kernel may pack the bound ones and then ignore them at
+  // execute (KernelArgs::in still points at them). May throw std::bad_alloc (reported as
+  // out_of_memory); returns unsupported/internal for anything else.
+  Status (*prepare)(const OpDesc&, const Context&, const Tensor* const* constants,
+                    std::shared_ptr<void>& state) = nullptr;
   // Computes the outputs. Must not throw.
   void (*execute)(const KernelArgs&) = nullptr;
 };
+
+// The ISA level a kernel needs: its `isa` field read as an Isa name ("avx512", "avx2", "sse2");
+// anything else ("scalar", "onednn") needs nothing. Selection skips kernels above
+// effective_isa(ctx); prepare_kernel refuses them with unsupported.
+Isa kernel_isa(const KernelDef& k) noexcept;
 
 // All kernels of the opfuse library, in registry order.
 std::span<const KernelDef> kernels() noexcept;

@@ -60,7 +60,7 @@ class ThreadScope {
 namespace onednn {
 // One set of entry points for every op: each dispatches on desc.op.
 bool supports(const OpDesc& desc);
-Status prepare(const OpDesc& desc, const Context& ctx, std::shared_ptr<void>& state);
+Status prepare(const OpDesc& desc, const Context& ctx, const Tensor* const* constants, std::shared_ptr<void>& state);
 void execute(const KernelArgs& args);
 }  // namespace onednn
 
