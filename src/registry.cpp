@@ -5,12 +5,47 @@
 
 #include "naive/naive.hpp"
 #include "opfuse/registry.hpp"
+#include "simd/simd.hpp"
 
 namespace opfuse {
 
 namespace {
 using K = OpKind;
 constexpr Impl N = Impl::naive;
+
+// One row per ISA for a simd functor F, best ISA first (see simd/simd.hpp).
+#define OPFUSE_SIMD_ROWS(op, base, F, summary, supports)                                                                 \
+  {op,       Impl::simd, base "__simd_avx512",                                                                           \
+   "avx512", summary,    supports,                                                                                       \
+   nullptr,  nullptr,    simd::run<simd::F, simd::avx512>},                                                              \
+      {op, Impl::simd, base "__simd_avx2", "avx2", summary, supports, nullptr, nullptr, simd::run<simd::F, simd::avx2>}, \
+  {                                                                                                                      \
+    op, Impl::simd, base "__simd_sse2", "sse2", summary, supports, nullptr, nullptr, simd::run<simd::F, simd::sse2>      \
+  }
+// The same for a functor with a workspace and a prepare step.
+#define OPFUSE_SIMD_ROWS_PREPARED(op, base, F, summary, supports)                                           \
+  {op,                                                                                                      \
+   Impl::simd,                                                                                              \
+   base "__simd_avx512",                                                                                    \
+   "avx512",                                                                                                \
+   summary,                                                                                                 \
+   supports,                                                                                                \
+   simd::workspace_of<simd::F, simd::avx512>,                                                               \
+   simd::prepare_of<simd::F, simd::avx512>,                                                                 \
+   simd::run<simd::F, simd::avx512>},                                                                       \
+      {op,                                                                                                  \
+       Impl::simd,                                                                                          \
+       base "__simd_avx2",                                                                                  \
+       "avx2",                                                                                              \
+       summary,                                                                                             \
+       supports,                                                                                            \
+       simd::workspace_of<simd::F, simd::avx2>,                                                             \
+       simd::prepare_of<simd::F, simd::avx2>,                                                               \
+       simd::run<simd::F, simd::avx2>},                                                                     \
+  {                                                                                                         \
+    op, Impl::simd, base "__simd_sse2", "sse2", summary, supports, simd::workspace_of<simd::F, simd::sse2>, \
+        simd::prepare_of<simd::F, simd::sse2>, simd::run<simd::F, simd::sse2>                               \
+  }
 
 // clang-format off
 const KernelDef kTable[] = {
@@ -39,6 +74,12 @@ const KernelDef kTable[] = {
   {K::attention,         N, "attention__naive",         "scalar", "materializes the Sq x Skv score matrix per head: QK^T, scale+mask, softmax, times V", nullptr, naive::attention_workspace, nullptr, naive::attention},
   {K::inverted_residual, N, "inverted_residual__naive", "scalar", "expand 1x1 + BN + ReLU6, depthwise 3x3 + BN + ReLU6, project 1x1 + BN, each materialized", nullptr, naive::inverted_residual_workspace, nullptr, naive::inverted_residual},
   {K::eltwise_chain,     N, "eltwise_chain__naive",     "scalar", "one full pass over the tensor per step", nullptr, nullptr, nullptr, naive::eltwise_chain},
+
+  // ---- simd stage -------------------------------------------------------------------------
+  OPFUSE_SIMD_ROWS(K::relu,       "relu",       Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
+  OPFUSE_SIMD_ROWS(K::clip,       "clip",       Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
+  OPFUSE_SIMD_ROWS(K::leaky_relu, "leaky_relu", Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
+  OPFUSE_SIMD_ROWS(K::hardswish,  "hardswish",  Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
 };
 // clang-format on
 }  // namespace

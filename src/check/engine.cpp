@@ -233,6 +233,9 @@ CaseResult check_one(const KernelDef& k, const Case& c, const Options& o) {
   auto outs = infer_outputs(c.desc);
   if (!outs) return fail("invalid case: " + outs.status().to_string());
   r.tol = tolerance(c.desc);
+  if (kernel_isa(k) > effective_isa(Context{}))
+    return skip(
+        fmt::format("kernel needs {}; this CPU / OPFUSE_ISA allow {}", k.isa, isa_name(effective_isa(Context{}))));
   if (!accepts(k, c.desc)) return skip("kernel declines (supports() is false)");
 
   const Data inputs = make_inputs(c, o.seed);

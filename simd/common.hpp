@@ -1,0 +1,72 @@
+// simd/common.hpp - helpers for simd kernels: batches, threads, tails.
+//
+// Included only by simd/<family>.cpp, which CMake compiles once per ISA. Everything here lives
+// in an inline namespace named after the ISA, so the AVX-512 and SSE2 copies of a helper are
+// different symbols: the linker can never hand the SSE2 build an AVX-512 body (the one-
+// definition-rule trap of compiling the same inline code with different -m flags).
+#pragma once
+
+#ifndef OPFUSE_SIMD_ISA
+#error "simd/common.hpp is for simd/*.cpp, compiled once per ISA with OPFUSE_SIMD_ISA set"
+#endif
+
+#include <omp.h>
+
+#include <cstdint>
+
+#include <xsimd/xsimd.hpp>
+
+#include "simd/simd.hpp"
+
+#define OPFUSE_SIMD_CAT2(a, b) a##b
+#define OPFUSE_SIMD_CAT(a, b) OPFUSE_SIMD_CAT2(a, b)
+// This TU's ISA namespace: isa_avx512, isa_avx2 or isa_sse2.
+#define OPFUSE_SIMD_NS OPFUSE_SIMD_CAT(isa_, OPFUSE_SIMD_ISA)
+
+namespace opfuse::simd {
+inline namespace OPFUSE_SIMD_NS {
+
+template <class Arch>
+using fbatch = xsimd::batch<float, Arch>;
+
+// Threads for a kernel: the context's count, or 1 inside a caller's parallel region so that
+// opfuse never oversubscribes the cores a caller's own threads already use.
+inline int team_size(int requested) {
+  if (omp_in_parallel()) return 1;
+  return requested > 1 ? requested : 1;
+}
+
+// Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread. Chunks are
+// rounded to `grain` elements so that threads do not share cache lines at the seams.
+template <class Fn>
+void parallel_for(std::int64_t n, int threads, std::int64_t grain, Fn&& fn) {
+  const int t = team_size(threads);
+  if (t <= 1 || n <= grain) {
+    fn(std::int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  {
+    const std::int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    std::int64_t chunk = (n + nt - 1) / nt;
+    chunk = (chunk + grain - 1) / grain * grain;
+    const std::int64_t b = id * chunk, e = b + chunk < n ? b + chunk : n;
+    if (b < e) fn(b, e);
+  }
+}
+
+}  // namespace OPFUSE_SIMD_NS
+}  // namespace opfuse::simd
+
+// Explicit instantiation of a functor's operator() for this TU's ISA.
+#define OPFUSE_SIMD_ARCH_avx512 ::opfuse::simd::avx512
+#define OPFUSE_SIMD_ARCH_avx2 ::opfuse::simd::avx2
+#define OPFUSE_SIMD_ARCH_sse2 ::opfuse::simd::sse2
+#define OPFUSE_SIMD_ARCH OPFUSE_SIMD_CAT(OPFUSE_SIMD_ARCH_, OPFUSE_SIMD_ISA)
+#define OPFUSE_SIMD_INSTANTIATE(F) \
+  template void F::operator()<OPFUSE_SIMD_ARCH>(OPFUSE_SIMD_ARCH, const KernelArgs&) const
+#define OPFUSE_SIMD_INSTANTIATE_PREPARED(F)                                                                           \
+  OPFUSE_SIMD_INSTANTIATE(F);                                                                                         \
+  template std::size_t F::workspace<OPFUSE_SIMD_ARCH>(OPFUSE_SIMD_ARCH, const OpDesc&);                               \
+  template Status F::prepare<OPFUSE_SIMD_ARCH>(OPFUSE_SIMD_ARCH, const OpDesc&, const Context&, const Tensor* const*, \
+                                               std::shared_ptr<void>&)
