@@ -61,9 +61,6 @@ using sse2 = xsimd::sse2;
   extern template Status F::prepare<sse2>(sse2, const OpDesc&, const Context&, const Tensor* const*,     \
                                           std::shared_ptr<void>&)
 
-// ---- the kernels --------------------------------------------------------------------------
-OPFUSE_SIMD_FUNCTOR(Unary);  // eltwise.cpp: relu .. hardswish
-
 // ---- registry adapters ----------------------------------------------------------------------
 template <class F, class Arch>
 void run(const KernelArgs& args) {
@@ -79,7 +76,10 @@ Status prepare_of(const OpDesc& desc, const Context& ctx, const Tensor* const* c
   return F::prepare(Arch{}, desc, ctx, constants, state);
 }
 
-// supports() predicates shared by rows of all ISAs (ISA-independent), defined in supports.cpp.
-bool unary_supports(const OpDesc& desc);
-
 }  // namespace opfuse::simd
+
+#include "simd/conv.hpp"
+#include "simd/eltwise.hpp"
+#include "simd/gemm.hpp"
+#include "simd/norm.hpp"
+

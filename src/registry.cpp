@@ -75,11 +75,11 @@ const KernelDef kTable[] = {
   {K::inverted_residual, N, "inverted_residual__naive", "scalar", "expand 1x1 + BN + ReLU6, depthwise 3x3 + BN + ReLU6, project 1x1 + BN, each materialized", nullptr, naive::inverted_residual_workspace, nullptr, naive::inverted_residual},
   {K::eltwise_chain,     N, "eltwise_chain__naive",     "scalar", "one full pass over the tensor per step", nullptr, nullptr, nullptr, naive::eltwise_chain},
 
-  // ---- simd stage -------------------------------------------------------------------------
-  OPFUSE_SIMD_ROWS(K::relu,       "relu",       Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
-  OPFUSE_SIMD_ROWS(K::clip,       "clip",       Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
-  OPFUSE_SIMD_ROWS(K::leaky_relu, "leaky_relu", Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
-  OPFUSE_SIMD_ROWS(K::hardswish,  "hardswish",  Unary, "flat xsimd loop, branch-free select, OpenMP chunks", simd::unary_supports),
+  // ---- simd stage: one .inc per family ---------------------------------------------------------
+#include "simd/rows/gemm.inc"
+#include "simd/rows/conv.inc"
+#include "simd/rows/eltwise.inc"
+#include "simd/rows/norm.inc"
 };
 // clang-format on
 }  // namespace

@@ -1,4 +1,4 @@
-// simd/shared/supports.cpp - ISA-independent supports() predicates of the simd kernels
+// simd/shared/eltwise_supports.cpp - ISA-independent supports() predicates of the simd kernels
 // (compiled once, not per ISA).
 #include "simd/simd.hpp"
 
