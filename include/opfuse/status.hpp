@@ -56,7 +56,8 @@ class [[nodiscard]] Result {
   Status status() const { return is_ok() ? Status::ok() : std::get<Status>(v_); }
   T& value() & { return std::get<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  // By value, so `for (auto& x : f().value())` does not dangle.
+  T value() && { return std::get<T>(std::move(v_)); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }

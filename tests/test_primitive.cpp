@@ -1,0 +1,201 @@
+// tests/test_primitive.cpp - prepare/execute contracts: constant inputs bound at prepare,
+// ISA caps, thread counts, and outputs left untouched on error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "op_samples.hpp"
+#include "opfuse/opfuse.hpp"
+
+namespace opfuse::testing {
+namespace {
+
+struct Bound {
+  OpDesc desc;
+  std::vector<Tensor> in;
+  std::vector<Tensor> out;
+  std::vector<const Tensor*> in_ptrs() const {
+    std::vector<const Tensor*> r;
+    for (const Tensor& t : in) r.push_back(&t);
+    return r;
+  }
+  std::vector<const Tensor*> out_ptrs() const {
+    std::vector<const Tensor*> r;
+    for (const Tensor& t : out) r.push_back(&t);
+    return r;
+  }
+};
+
+// The gemm sample with deterministic, non-trivial data.
+Bound gemm_case() {
+  Bound b;
+  b.desc = sample_desc(OpKind::gemm);
+  for (const TensorDesc& t : b.desc.inputs) {
+    Tensor x = Tensor::create(t.shape, t.layout).value();
+    for (std::int64_t i = 0; i < x.numel(); ++i) x.mutable_data()[i] = std::sin(0.37f * static_cast<float>(i) + 0.1f);
+    b.in.push_back(x);
+  }
+  for (const TensorDesc& t : infer_outputs(b.desc).value()) b.out.push_back(Tensor::create(t.shape, t.layout).value());
+  return b;
+}
+
+std::vector<float> values(const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); }
+
+TEST(Constants, BoundWeightsGiveTheSameResultAsRuntimeWeights) {
+  Bound ref = gemm_case(), bound = gemm_case();
+  auto p1 = prepare(ref.desc, Context{Stage::naive});
+  ASSERT_TRUE(p1) << p1.status().to_string();
+  ASSERT_TRUE(p1->execute(ref.in_ptrs(), ref.out_ptrs()));
+
+  std::vector<const Tensor*> constants(bound.in.size(), nullptr);
+  constants[1] = &bound.in[1];  // b is the weights
+  auto p2 = prepare(bound.desc, Context{}, constants);
+  ASSERT_TRUE(p2) << p2.status().to_string();
+  auto in = bound.in_ptrs();
+  in[1] = nullptr;  // bound at prepare: pass nullptr ...
+  ASSERT_TRUE(p2->execute(in, bound.out_ptrs()));
+  const auto first = values(bound.out[0]);
+  in[1] = &bound.in[1];  // ... or the very same tensor
+  ASSERT_TRUE(p2->execute(in, bound.out_ptrs()));
+  const auto second = values(bound.out[0]);
+  const auto want = values(ref.out[0]);
+  ASSERT_EQ(first.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(first[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << i;
+    EXPECT_EQ(first[i], second[i]) << i;
+  }
+}
+
+TEST(Constants, ADifferentTensorForABoundInputIsRejectedAndOutputUntouched) {
+  Bound b = gemm_case();
+  std::vector<const Tensor*> constants(b.in.size(), nullptr);
+  constants[1] = &b.in[1];
+  auto p = prepare(b.desc, Context{}, constants);
+  ASSERT_TRUE(p);
+  Tensor other = b.in[1].clone().value();
+  for (std::int64_t i = 0; i < b.out[0].numel(); ++i) b.out[0].mutable_data()[i] = 12345.f;
+  auto in = b.in_ptrs();
+  in[1] = &other;
+  Status s = p->execute(in, b.out_ptrs());
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("gemm: input 'b' was bound as a constant"), std::string::npos) << s.message();
+  for (std::int64_t i = 0; i < b.out[0].numel(); ++i) ASSERT_EQ(b.out[0].data()[i], 12345.f);
+}
+
+TEST(Constants, NullptrForAnUnboundInputIsRejected) {
+  Bound b = gemm_case();
+  auto p = prepare(b.desc);
+  ASSERT_TRUE(p);
+  auto in = b.in_ptrs();
+  in[1] = nullptr;
+  Status s = p->execute(in, b.out_ptrs());
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("input 'b' is a null pointer"), std::string::npos) << s.message();
+}
+
+TEST(Constants, WrongCountOrShapeIsRejectedAtPrepare) {
+  Bound b = gemm_case();
+  std::vector<const Tensor*> too_few = {&b.in[0]};
+  auto p = prepare(b.desc, Context{}, too_few);
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.status().code(), StatusCode::invalid_argument);
+  EXPECT_NE(p.status().message().find("constants has 1 entries"), std::string::npos) << p.status().message();
+
+  Tensor wrong = Tensor::create({3, 3}).value();
+  std::vector<const Tensor*> constants(b.in.size(), nullptr);
+  constants[1] = &wrong;
+  auto q = prepare(b.desc, Context{}, constants);
+  ASSERT_FALSE(q);
+  EXPECT_EQ(q.status().code(), StatusCode::invalid_argument);
+  EXPECT_NE(q.status().message().find("constant input 'b' is 3x3"), std::string::npos) << q.status().message();
+}
+
+TEST(Isa, NamesRoundTripAndTheCpuLevelIsKnown) {
+  for (Isa i : {Isa::scalar, Isa::sse2, Isa::avx2, Isa::avx512}) EXPECT_EQ(isa_from_name(isa_name(i)), i);
+  EXPECT_FALSE(isa_from_name("avx1024"));
+#if defined(__x86_64__)
+  EXPECT_GE(cpu_isa(), Isa::sse2);
+#endif
+}
+
+TEST(Isa, ContextCapLimitsSelectionForEveryOp) {
+  for (OpKind op : all_ops()) {
+    const OpDesc d = sample_desc(op);
+    for (Isa cap : {Isa::scalar, Isa::sse2, Isa::avx2, Isa::avx512}) {
+      Context ctx;
+      ctx.max_isa = cap;
+      const KernelDef* k = select_kernel(d, ctx);
+      ASSERT_NE(k, nullptr) << op_name(op);  // naive always remains
+      EXPECT_LE(kernel_isa(*k), effective_isa(ctx)) << k->name;
+    }
+    Context scalar_only;
+    scalar_only.max_isa = Isa::scalar;
+    EXPECT_EQ(select_kernel(d, scalar_only)->impl, Impl::naive) << op_name(op);
+  }
+}
+
+TEST(Isa, PrepareKernelRefusesAKernelAboveTheCap) {
+  for (const KernelDef& k : kernels()) {
+    if (kernel_isa(k) <= Isa::sse2) continue;
+    Context ctx;
+    ctx.max_isa = Isa::sse2;
+    auto p = prepare_kernel(sample_desc(k.op), k, ctx);
+    ASSERT_FALSE(p) << k.name;
+    EXPECT_EQ(p.status().code(), StatusCode::unsupported) << k.name;
+    EXPECT_NE(p.status().message().find("needs"), std::string::npos) << p.status().message();
+    return;  // one is enough; every row goes through the same check
+  }
+  GTEST_SKIP() << "no kernel above sse2 registered";
+}
+
+TEST(ContextErrors, BadFieldsAreInvalidArguments) {
+  const OpDesc d = sample_desc(OpKind::relu);
+  Context neg;
+  neg.threads = -1;
+  auto a = prepare(d, neg);
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.status().code(), StatusCode::invalid_argument);
+  EXPECT_NE(a.status().message().find("relu: context threads -1"), std::string::npos) << a.status().message();
+  Context isa;
+  isa.max_isa = static_cast<Isa>(42);
+  auto b = prepare(d, isa);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.status().code(), StatusCode::invalid_argument);
+}
+
+// Every kernel gives the same answer with 1 and 2 threads (threading must not change results
+// beyond reassociation; for these small samples it must not change them at all for naive).
+TEST(Threads, ResultsDoNotDependOnTheThreadCount) {
+  for (const KernelDef& k : kernels()) {
+    if (kernel_isa(k) > effective_isa(Context{})) continue;
+    OpDesc d = sample_desc(k.op);
+    if (k.supports && !k.supports(d)) continue;
+    std::vector<float> results[2];
+    for (int t = 1; t <= 2; ++t) {
+      Bound b;
+      b.desc = d;
+      for (const TensorDesc& td : d.inputs) {
+        Tensor x = Tensor::create(td.shape, td.layout).value();
+        for (std::int64_t i = 0; i < x.numel(); ++i)
+          x.mutable_data()[i] = 0.5f + 0.25f * std::sin(0.71f * static_cast<float>(i));  // positive: valid var
+        b.in.push_back(x);
+      }
+      for (const TensorDesc& td : infer_outputs(d).value())
+        b.out.push_back(Tensor::create(td.shape, td.layout).value());
+      Context ctx;
+      ctx.threads = t;
+      auto p = prepare_kernel(d, k, ctx);
+      ASSERT_TRUE(p) << k.name << ": " << p.status().to_string();
+      ASSERT_TRUE(p->execute(b.in_ptrs(), b.out_ptrs())) << k.name;
+      results[t - 1] = values(b.out[0]);
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (std::size_t i = 0; i < results[0].size(); ++i)
+      ASSERT_NEAR(results[0][i], results[1][i], 1e-5f * (1.f + std::fabs(results[0][i]))) << k.name << " at " << i;
+  }
+}
+
+}  // namespace
+}  // namespace opfuse::testing
