@@ -1,32 +1,79 @@
 // simd/activation.hpp - activations on one xsimd batch, shared by every simd and fused kernel
 // (unary ops, post-op passes, epilogues, chains). The formulas mirror naive/common.cpp; NaN
-// propagates because every select keeps x when a comparison with NaN is false.
+// propagates because every select keeps x when a comparison with NaN is false, and the
+// transcendental kinds (sigmoid, tanh, gelu_erf, gelu_tanh, silu) use the vector math of
+// simd/vmath.hpp (its header lists their measured maximum errors). Every ActKind is
+// vectorized: act_supported() (simd/eltwise.hpp) is true for all of them.
+//
+// Two entry points:
+//   activate<Arch>(act, x)        switches on act.kind per call: for epilogues and tails.
+//   activate_k<K, Arch>(act, x)   the kind fixed at compile time: for hot loops, which pick K once
+//                                 with with_act_kind() and then run branch-free.
 #pragma once
 
 #include <cassert>
+#include <utility>
 
 #include "simd/common.hpp"
+#include "simd/vmath.hpp"
 
 namespace opfuse::simd {
 inline namespace OPFUSE_SIMD_NS {
 
-// act(x) for one batch; the formulas mirror naive/common.cpp operation for operation.
-template <class Arch>
-fbatch<Arch> activate(const Activation& a, fbatch<Arch> x) {
+template <ActKind K, class Arch>
+inline fbatch<Arch> activate_k(const Activation& a, fbatch<Arch> x) {
   using B = fbatch<Arch>;
   const B zero(0.f);
-  switch (a.kind) {
-    case ActKind::relu: return xsimd::select(x < zero, zero, x);
-    case ActKind::clip: return xsimd::select(x < B(a.alpha), B(a.alpha), xsimd::select(x > B(a.beta), B(a.beta), x));
-    case ActKind::leaky_relu: return xsimd::select(x < zero, B(a.alpha) * x, x);
-    case ActKind::hardswish: {
-      B r = x + B(3.f);
-      r = xsimd::select(r < zero, zero, xsimd::select(r > B(6.f), B(6.f), r));
-      return x * r / B(6.f);
-    }
-    case ActKind::linear: return B(a.alpha) * x + B(a.beta);
-    default: assert(false && "unary_supports() lets only these through"); return x;
+  if constexpr (K == ActKind::relu) {
+    return xsimd::select(x < zero, zero, x);
+  } else if constexpr (K == ActKind::clip) {
+    return xsimd::select(x < B(a.alpha), B(a.alpha), xsimd::select(x > B(a.beta), B(a.beta), x));
+  } else if constexpr (K == ActKind::leaky_relu) {
+    return xsimd::select(x < zero, B(a.alpha) * x, x);
+  } else if constexpr (K == ActKind::sigmoid) {
+    return vmath::sigmoid<Arch>(x);
+  } else if constexpr (K == ActKind::tanh) {
+    return vmath::tanh<Arch>(x);
+  } else if constexpr (K == ActKind::gelu_erf) {
+    return vmath::gelu_erf<Arch>(x);
+  } else if constexpr (K == ActKind::gelu_tanh) {
+    return vmath::gelu_tanh<Arch>(x);
+  } else if constexpr (K == ActKind::silu) {
+    return vmath::silu<Arch>(x);
+  } else if constexpr (K == ActKind::hardswish) {
+    B r = x + B(3.f);
+    r = xsimd::select(r < zero, zero, xsimd::select(r > B(6.f), B(6.f), r));
+    return x * r / B(6.f);
+  } else {
+    static_assert(K == ActKind::linear, "every ActKind has a branch above");
+    return B(a.alpha) * x + B(a.beta);
   }
+}
+
+// Calls fn(std::integral_constant<ActKind, K>{}) for the runtime kind: one switch, then the loop
+// inside fn is compiled once per kind with no per-batch branch.
+template <class Fn>
+inline decltype(auto) with_act_kind(ActKind kind, Fn&& fn) {
+  using K = ActKind;
+  switch (kind) {
+    case K::relu: return fn(std::integral_constant<K, K::relu>{});
+    case K::clip: return fn(std::integral_constant<K, K::clip>{});
+    case K::leaky_relu: return fn(std::integral_constant<K, K::leaky_relu>{});
+    case K::sigmoid: return fn(std::integral_constant<K, K::sigmoid>{});
+    case K::tanh: return fn(std::integral_constant<K, K::tanh>{});
+    case K::gelu_erf: return fn(std::integral_constant<K, K::gelu_erf>{});
+    case K::gelu_tanh: return fn(std::integral_constant<K, K::gelu_tanh>{});
+    case K::silu: return fn(std::integral_constant<K, K::silu>{});
+    case K::hardswish: return fn(std::integral_constant<K, K::hardswish>{});
+    case K::linear: break;
+  }
+  return fn(std::integral_constant<K, K::linear>{});
+}
+
+// act(x) for one batch.
+template <class Arch>
+fbatch<Arch> activate(const Activation& a, fbatch<Arch> x) {
+  return with_act_kind(a.kind, [&](auto k) { return activate_k<decltype(k)::value, Arch>(a, x); });
 }
 
 template <class Arch>

@@ -13,6 +13,8 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -36,13 +38,15 @@ inline int team_size(int requested) {
   return requested > 1 ? requested : 1;
 }
 
-// Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread. Chunks are
-// rounded to `grain` elements so that threads do not share cache lines at the seams.
+// Runs fn(thread_index, begin, end) over [0, n) split into contiguous chunks, one per thread
+// (at most `threads`, one inside a caller's parallel region). Chunks are rounded to `grain`
+// elements so that threads do not share cache lines at the seams; the thread index selects
+// per-thread scratch.
 template <class Fn>
-void parallel_for(std::int64_t n, int threads, std::int64_t grain, Fn&& fn) {
+void parallel_tid(std::int64_t n, int threads, std::int64_t grain, Fn&& fn) {
   const int t = team_size(threads);
   if (t <= 1 || n <= grain) {
-    fn(std::int64_t{0}, n);
+    fn(0, std::int64_t{0}, n);
     return;
   }
 #pragma omp parallel num_threads(t)
@@ -51,8 +55,57 @@ void parallel_for(std::int64_t n, int threads, std::int64_t grain, Fn&& fn) {
     std::int64_t chunk = (n + nt - 1) / nt;
     chunk = (chunk + grain - 1) / grain * grain;
     const std::int64_t b = id * chunk, e = b + chunk < n ? b + chunk : n;
-    if (b < e) fn(b, e);
+    if (b < e) fn(static_cast<int>(id), b, e);
   }
+}
+
+// The same without the thread index: fn(begin, end).
+template <class Fn>
+void parallel_for(std::int64_t n, int threads, std::int64_t grain, Fn&& fn) {
+  parallel_tid(n, threads, grain, [&](int, std::int64_t b, std::int64_t e) { fn(b, e); });
+}
+
+// Per-thread scratch floats, allocated once at prepare (64-byte aligned slices), kept in a
+// kernel's prepared state so execute allocates nothing.
+struct Scratch {
+  float* data = nullptr;
+  std::size_t per_thread = 0;  // floats, a multiple of 16
+  int threads = 0;
+  ~Scratch() { std::free(data); }
+  float* of(int tid) const { return data + static_cast<std::size_t>(tid) * per_thread; }
+};
+
+// Loads W floats spaced `stride` apart (1: a plain load, 0: a broadcast, else a scalar gather).
+template <class Arch>
+fbatch<Arch> load_strided(const float* p, std::int64_t stride) {
+  using B = fbatch<Arch>;
+  if (stride == 1) return B::load_unaligned(p);
+  if (stride == 0) return B(*p);
+  alignas(64) float t[B::size];
+  for (std::size_t l = 0; l < B::size; ++l) t[l] = p[static_cast<std::int64_t>(l) * stride];
+  return B::load_aligned(t);
+}
+
+// Largest lane (NaN lanes are the caller's business: track them separately).
+template <class Arch>
+float hmax(fbatch<Arch> v) {
+  alignas(64) float t[fbatch<Arch>::size];
+  v.store_aligned(t);
+  float m = t[0];
+  for (std::size_t l = 1; l < fbatch<Arch>::size; ++l) m = t[l] > m ? t[l] : m;
+  return m;
+}
+
+// Non-temporal store of one batch to a batch-aligned address: no read-for-ownership of the
+// destination line and no eviction of useful data; for outputs too large to stay in cache.
+template <class Arch>
+inline void store_stream(float* p, fbatch<Arch> v) {
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+    _mm512_stream_ps(p, v);
+  else if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>)
+    _mm256_stream_ps(p, v);
+  else
+    _mm_stream_ps(p, v);
 }
 
 }  // namespace OPFUSE_SIMD_NS

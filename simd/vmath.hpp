@@ -1,0 +1,172 @@
+// simd/vmath.hpp - vector exp, tanh, erf and sigmoid on xsimd batches: range reduction plus a
+// short polynomial, branch-free (both sides of every split are computed and a select keeps one),
+// with inf, overflow, underflow and NaN handled in the same straight-line code.
+//
+// Why not libm or xsimd::exp: the activations (sigmoid, tanh, GELU, SiLU) and softmax spend
+// almost all their time here, and a scalar libm call per element is 10-20x slower than one
+// polynomial per 16 lanes. The formulas below are the classic ones (Cody-Waite reduction,
+// Cephes-style polynomials), written out so the error analysis is visible.
+//
+// Maximum errors, measured exhaustively over every finite fp32 input (all 2^32 bit patterns
+// minus Inf/NaN) against a double-precision reference by tests/test_vmath.cpp
+// (VmathExhaustive, OPFUSE_LONG_TESTS=1), recorded in reports/vmath_accuracy.md. "ulp" counts
+// units in the last place of the exact result, over results in the normal range (>= FLT_MIN);
+// smaller results (exp's denormals, erf/tanh of denormal x) are judged by absolute error.
+// The fast test VmathAccuracy.* asserts the bounds (simd::kVmathMaxUlp in simd/eltwise.hpp) on
+// ~1e6 sampled inputs on every ISA. Exhaustive maxima, AVX-512 (the same FMA math as AVX2):
+//   exp      1.26 ulp (bound 2)   results < FLT_MIN: abs error <= 0.78 x 2^-149
+//   tanh     1.36 ulp (bound 2)
+//   erf      1.06 ulp (bound 2)   tiny results (denormal x): <= 0.51 x 2^-149
+//   sigmoid  2.64 ulp (bound 3)   results < FLT_MIN (x < -87.3): <= 0.78 x 2^-149
+// Overflow, underflow, +-inf and NaN: 0 mismatches. SSE2 has no FMA (xsimd::fma is a multiply and
+// an add there), which the sampled test shows costs at most ~0.2 ulp more.
+//
+// Everything lives in the ISA's inline namespace (see simd/common.hpp): each of the three
+// compilations of a simd/*.cpp gets its own copy.
+#pragma once
+
+#include <cstdint>
+
+#include "simd/common.hpp"
+
+namespace opfuse::simd {
+inline namespace OPFUSE_SIMD_NS {
+namespace vmath {
+
+template <class Arch>
+using ibatch = xsimd::batch<std::int32_t, Arch>;
+
+// c[0] + t * (c[1] + t * (... + t * c[N-1])) by Horner with FMAs (SSE2: multiply + add).
+template <class Arch, std::size_t N>
+inline fbatch<Arch> horner(fbatch<Arch> t, const float (&c)[N]) {
+  fbatch<Arch> p(c[N - 1]);
+  for (std::size_t i = N - 1; i-- > 0;) p = xsimd::fma(p, t, fbatch<Arch>(c[i]));
+  return p;
+}
+
+template <class Arch>
+inline fbatch<Arch> copysign_of(fbatch<Arch> magnitude, fbatch<Arch> sign_from) {
+  const fbatch<Arch> sign_bit(-0.f);
+  return magnitude | (sign_from & sign_bit);
+}
+
+// min(max(x, lo), hi) with compare + select: NaN stays NaN (the compares are false), and GCC 12
+// does not raise its false -Wmaybe-uninitialized on _mm512_min_ps/_mm512_max_ps (PR 105593).
+template <class Arch>
+inline fbatch<Arch> clamp(fbatch<Arch> x, fbatch<Arch> lo, fbatch<Arch> hi) {
+  return xsimd::select(x < lo, lo, xsimd::select(x > hi, hi, x));
+}
+
+// e^x. n = round(x / ln2) by the 1.5 * 2^23 "magic" add (the integer lands in the low mantissa
+// bits), r = x - n ln2 with ln2 split into C1 (8 significant bits, so n * C1 is exact) and C2
+// (Cody-Waite), |r| <= ln2 / 2; e^r = 1 + r + r^2 P(r) with Cephes expf's degree-5 P. The scale
+// 2^n is applied as two factors 2^(n/2) and 2^(n - n/2), each a normal float built from exponent
+// bits, so results that are denormal (x < -87.3) get one correct rounding, x > 88.72 overflows
+// to +inf through an ordinary multiply and x < -103.97 underflows to +0. x is clamped to
+// [-104, 89] first (beyond it the result is already 0 / inf), which keeps n in [-150, 128];
+// the clamp keeps NaN, and NaN runs through to the result.
+// Max error: see the table at the top of this file.
+template <class Arch>
+inline fbatch<Arch> exp(fbatch<Arch> x) {
+  using B = fbatch<Arch>;
+  using I = ibatch<Arch>;
+  static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                                8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  const B magic(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer (round-to-nearest)
+  const B xc = clamp<Arch>(x, B(-104.f), B(89.f));
+  const B t = xsimd::fma(xc, B(1.44269504088896341f), magic);
+  const B n = t - magic;
+  B r = xsimd::fnma(n, B(0.693359375f), xc);  // xc - n * C1, exact
+  r = xsimd::fnma(n, B(-2.12194440e-4f), r);  // - n * C2
+  const B p = xsimd::fma(horner<Arch>(r, P), r * r, r + B(1.f));
+  // n as integers: n1 = round(n / 2) by the same magic add, n2 = n - n1, both in [-75, 64]. The
+  // exponent field is filled with a multiply by 2^23 rather than a shift (GCC 12 warns falsely
+  // on the AVX-512 shift intrinsics, PR 105593).
+  const I magic_bits = xsimd::bitwise_cast<I>(magic);
+  const I ni = xsimd::bitwise_cast<I>(t) - magic_bits;
+  const I n1 = xsimd::bitwise_cast<I>(xsimd::fma(n, B(0.5f), magic)) - magic_bits;
+  const I n2 = ni - n1;
+  const B s1 = xsimd::bitwise_cast<B>((n1 + I(127)) * I(1 << 23));
+  const B s2 = xsimd::bitwise_cast<B>((n2 + I(127)) * I(1 << 23));
+  return (p * s1) * s2;  // NaN x: p is NaN, whatever s1 and s2 hold
+}
+
+// 1 / (1 + e^-x), evaluated as e / (1 + e) for x < 0 and 1 / (1 + e) for x >= 0 with
+// e = e^-|x| <= 1: e never overflows, so sigmoid(x) for x < -88.7 is the tiny (denormal) e^x
+// rather than 1 / inf = 0, and one division serves both signs. NaN propagates through e.
+template <class Arch>
+inline fbatch<Arch> sigmoid(fbatch<Arch> x) {
+  using B = fbatch<Arch>;
+  const B e = exp<Arch>(-xsimd::abs(x));
+  const B num = xsimd::select(x < B(0.f), e, B(1.f));
+  return num / (B(1.f) + e);
+}
+
+// tanh(x) = sign(x) * tanh(|x|). For |x| < 0.625: a + a^3 P(a^2) with Cephes tanhf's degree-4 P
+// (no cancellation, exact for denormal x); above: 1 - 2 / (e^(2a) + 1), where the subtraction
+// loses nothing because the result is >= 0.55, and e^(2a) = inf gives exactly 1.
+template <class Arch>
+inline fbatch<Arch> tanh(fbatch<Arch> x) {
+  using B = fbatch<Arch>;
+  static constexpr float P[] = {-3.33332819422e-1f, 1.33314422036e-1f, -5.37397155531e-2f, 2.06390887954e-2f,
+                                -5.70498872745e-3f};
+  const B a = xsimd::abs(x);
+  const B a2 = a * a;
+  const B small = xsimd::fma(horner<Arch>(a2, P) * a2, a, a);
+  const B large = B(1.f) - B(2.f) / (exp<Arch>(a + a) + B(1.f));
+  return copysign_of(xsimd::select(a < B(0.625f), small, large), x);
+}
+
+// erf(x) = sign(x) * erf(|x|).
+//   |x| < 1:        a + a (P(a^2) - 1), P of degree 6 (Chebyshev interpolant of erf(sqrt z)/sqrt z on
+//                   z in [0, 1], relative error 0.02 ulp in exact arithmetic).
+//   1 <= |x|:       1 - e^(-a^2) Q(a), Q of degree 8 in t = (a - 2.5) / 1.5, a weighted minimax
+//                   fit of erfcx(a) = e^(a^2) erfc(a) on [1, 4] (Lawson iteration, weight e^(-a^2)
+//                   so the error is uniform in ulp of the result: 0.04 ulp). erfc(4) = 1.5e-8 is
+//                   below half an ulp of 1, so a is clamped at 4 and the formula yields exactly 1
+//                   (erfc(3.92) = 2.96e-8 is too close to 2^-25 to clamp there).
+// The rounding of a^2 in e^(-a^2) scales erfc's relative error by a^2, harmless since erfc
+// shrinks faster than a^2 grows.
+template <class Arch>
+inline fbatch<Arch> erf(fbatch<Arch> x) {
+  using B = fbatch<Arch>;
+  // P - 1: erf(a) = a + a (P(a^2) - 1), so the leading term is exact and the rounding of the
+  // O(1.13) value P(a^2) (whose ulp is 4x that of results just below 0.5) never enters.
+  static constexpr float Pm1[] = {1.2837916585e-01f, -3.7612626667e-01f, 1.1283594715e-01f, -2.6854212010e-02f,
+                                  5.1890874228e-03f, -8.0168642818e-04f, 7.8758750468e-05f};
+  static constexpr float Q[] = {2.108076230e-01f,  -1.115126952e-01f, 5.606105859e-02f,
+                                -2.744489102e-02f, 1.162751488e-02f,  -5.110634582e-03f,
+                                6.070029169e-03f,  3.770713403e-03f,  2.719836389e-03f};
+  const B a = xsimd::abs(x);
+  const B as = xsimd::select(a > B(1.f), B(1.f), a);
+  const B small = xsimd::fma(as, horner<Arch>(as * as, Pm1), as);
+  const B al = clamp<Arch>(a, B(1.f), B(4.f));
+  const B t = xsimd::fma(al, B(1.f / 1.5f), B(-2.5f / 1.5f));
+  const B large = xsimd::fnma(exp<Arch>(-(al * al)), horner<Arch>(t, Q), B(1.f));
+  return copysign_of(xsimd::select(a < B(1.f), small, large), x);  // NaN: a < 1 is false, large is NaN
+}
+
+// The compositions used by the activations; the operation order mirrors naive/common.cpp so
+// that the only difference to the reference is the vector exp/tanh/erf (and x * sigmoid(x) in
+// place of x / (1 + e^-x), which agrees including silu(-inf) = NaN).
+template <class Arch>
+inline fbatch<Arch> gelu_erf(fbatch<Arch> x) {
+  using B = fbatch<Arch>;
+  return B(0.5f) * x * (B(1.f) + erf<Arch>(x * B(0.70710678118654752f)));
+}
+
+template <class Arch>
+inline fbatch<Arch> gelu_tanh(fbatch<Arch> x) {
+  using B = fbatch<Arch>;
+  const B k(0.79788456080286536f);  // sqrt(2/pi)
+  return B(0.5f) * x * (B(1.f) + tanh<Arch>(k * (x + B(0.044715f) * x * x * x)));
+}
+
+template <class Arch>
+inline fbatch<Arch> silu(fbatch<Arch> x) {
+  return x * sigmoid<Arch>(x);
+}
+
+}  // namespace vmath
+}  // namespace OPFUSE_SIMD_NS
+}  // namespace opfuse::simd
