@@ -138,18 +138,24 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(conv(1, 144, 56, 56, 144, 3, 1, 1, 144, {bn, relu6}));
 
   c.push_back(batchnorm(act));
+  // Memory-bound ops far beyond the caches: 64 MiB tensors (16 Mi floats) measure DRAM
+  // bandwidth, the roofline of relu, add and batchnorm.
+  const Shape big{1, 64, 512, 512};
+  c.push_back(batchnorm(big));
 
   // Unary ops: one 3.2 MB activation each (relu6 is clip's default); GELU also on BERT's
   // FFN hidden (128 x 3072).
   for (K op : {K::relu, K::clip, K::leaky_relu, K::sigmoid, K::tanh, K::gelu, K::silu, K::hardswish})
     c.push_back(unary(op, act));
   c.push_back(unary(K::gelu, {128, 3072}));
+  c.push_back(unary(K::relu, {16777216}));
 
   // Binary ops: same-shape (residual add), plus per-channel broadcasts (a squeeze-excite
   // scale, a bias add).
   for (K op : {K::add, K::sub, K::mul, K::div}) c.push_back(binary(op, act, act));
   c.push_back(binary(K::add, act, {1, 64, 1, 1}));
   c.push_back(binary(K::mul, act, {1, 64, 1, 1}));
+  c.push_back(binary(K::add, {16777216}, {16777216}));
 
   // Pools: ResNet's 3x3/2 max pool after the stem, a 2x2/2 average pool, a 3x3/1 same-size
   // average pool, and the ResNet-50 / MobileNetV2 heads.
@@ -163,12 +169,17 @@ std::vector<OpDesc> bench_cases() {
   c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 128, 128})}});
   c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 256, 256})}});
   c.push_back({K::softmax, SoftmaxParams{}, {td({256, 1000})}});
+  // 64 MiB (beyond every cache): softmax is then bound by DRAM bandwidth, one read + one write.
+  c.push_back({K::softmax, SoftmaxParams{}, {td({4096, 4096})}});
 
   // Norms over BERT-base hidden states (4096 tokens x 768) and a LLaMA-7B-width rmsnorm.
   c.push_back(norm(K::layernorm, {4096, 768}, false));
   c.push_back(norm(K::layernorm, {4096, 768}, true));
   c.push_back(norm(K::rmsnorm, {4096, 768}, false));
   c.push_back(norm(K::rmsnorm, {512, 4096}, true));
+  // 64 MiB rows of 4096: DRAM-bound, one read of x and one write of y.
+  c.push_back(norm(K::layernorm, {4096, 4096}, false));
+  c.push_back(norm(K::rmsnorm, {4096, 4096}, false));
 
   // attention: BERT-base self-attention at 128 and 512 tokens, and a causal decoder prefill.
   c.push_back(attention(1, 12, 128, 64));
