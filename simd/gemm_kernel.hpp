@@ -1,0 +1,510 @@
+// simd/gemm_kernel.hpp - the reusable BLIS-style sgemm of the simd stage (internal header).
+//
+// Included only by simd/*.cpp (compiled once per ISA); everything lives in the ISA's inline
+// namespace. simd/gemm.cpp explains the design and the measured numbers; this header holds the
+// machinery so that other simd kernels (1x1 convolution, attention) can call the same GEMM:
+//
+//   SgemmArgs g;  g.m = ...;  g.a = ...;  ...  g.workspace = ws;  // sgemm_workspace() floats
+//   sgemm<Arch>(g);                       // C (m, n) = alpha * op(A) op(B) + beta * C + bias
+//
+// Everything is row-major with leading dimensions: op(A) is (m, k), stored (m, k) with row step
+// lda, or (k, m) when trans_a; op(B) is (k, n), stored (k, n) with row step ldb, or (n, k) when
+// trans_b; C is (m, n) with row step ldc. sgemm allocates nothing. A caller that owns constant
+// weights packs them once with pack_b() and passes packed_b; sgemm then never reads b.
+#pragma once
+
+#ifndef OPFUSE_SIMD_ISA
+#error "simd/gemm_kernel.hpp is for simd/*.cpp, compiled once per ISA with OPFUSE_SIMD_ISA set"
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "simd/common.hpp"
+#include "simd/gemm.hpp"
+
+namespace opfuse::simd {
+inline namespace OPFUSE_SIMD_NS {
+
+// ---- register tile per ISA ------------------------------------------------------------------
+// mr rows x nr columns of C live in vector registers during the k loop: mr * nr / W
+// accumulators, nr / W loads of B and one broadcast of A per k step.
+//   avx512: 14 x 32 = 28 zmm accumulators + 2 B vectors + 1 broadcast = 31 of 32 registers.
+//   avx2:    6 x 16 = 12 ymm accumulators + 2 B + 1 broadcast = 15 of 16.
+//   sse2:    4 x  8 =  8 xmm accumulators + 2 B + 1 broadcast + 1 product (no FMA) = 12 of 16.
+template <class Arch>
+struct GemmTile;
+template <>
+struct GemmTile<avx512> {
+  static constexpr int mr = 14, nr = 32;
+};
+template <>
+struct GemmTile<avx2> {
+  static constexpr int mr = 6, nr = 16;
+};
+template <>
+struct GemmTile<sse2> {
+  static constexpr int mr = 4, nr = 8;
+};
+
+inline std::int64_t gemm_round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+inline std::int64_t gemm_ceil_div(std::int64_t x, std::int64_t m) { return (x + m - 1) / m; }
+
+// ---- cache blocking ---------------------------------------------------------------------------
+// Upper bounds of the three cache blocks, derived once from the cache sizes (see gemm.cpp's
+// header for the derivation).
+struct GemmBlocking {
+  std::int64_t mc, kc, nc;
+};
+
+template <class Arch>
+GemmBlocking gemm_blocking() {
+  constexpr std::int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, f = sizeof(float);
+  const CacheSizes& cs = cache_sizes();
+  // KC: the kc x nr B micro-panel is reused by every A micro-panel of the block, so it is the one
+  // that must stay in L1: kc = L1 / (4 nr), a multiple of 8. (Fitting the streamed mr x kc A
+  // micro-panel into L1 as well, kc = L1 / (4 (mr + nr)) = 128, measured ~5% slower at 1024^3.)
+  std::int64_t kc = static_cast<std::int64_t>(cs.l1) / (nr * f) / 8 * 8;
+  kc = std::clamp<std::int64_t>(kc, 64, 512);
+  // MC: the mc x kc packed A block stays in half of L2 while every B micro-panel streams by.
+  std::int64_t mc = static_cast<std::int64_t>(cs.l2) / 2 / (kc * f) / mr * mr;
+  mc = std::clamp<std::int64_t>(mc, mr, 8192 / mr * mr);
+  // NC: the kc x nc packed B block, shared by all threads, stays in half of L3.
+  std::int64_t nc = static_cast<std::int64_t>(cs.l3) / 2 / (kc * f) / nr * nr;
+  nc = std::clamp<std::int64_t>(nc, nr, 16384 / nr * nr);
+  return {mc, kc, nc};
+}
+
+// The k blocks of one problem: K split into ceil(K / KC) near-equal blocks (no 1-wide last
+// block when K = KC + 1). Block p covers [p * step, min(K, (p + 1) * step)).
+template <class Arch>
+std::int64_t gemm_k_step(std::int64_t k) {
+  const std::int64_t kc = gemm_blocking<Arch>().kc;
+  return gemm_round_up(gemm_ceil_div(k, gemm_ceil_div(k, kc)), 4);
+}
+
+// ---- the reusable entry ---------------------------------------------------------------------------
+struct SgemmArgs {
+  std::int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.f;
+  float beta = 0.f;  // 0: C is never read (may hold NaN)
+  const float* a = nullptr;
+  std::int64_t lda = 0;
+  bool trans_a = false;
+  const float* b = nullptr;
+  std::int64_t ldb = 0;
+  bool trans_b = false;
+  const float* packed_b = nullptr;  // pack_b() of b (same n, k, trans_b), or nullptr
+  float* c = nullptr;
+  std::int64_t ldc = 0;
+  // Optional bias added once: C[i][j] += bias[i * bias_rs + j * bias_cs]; a stride of 0
+  // broadcasts, bias_cs is 0 or 1.
+  const float* bias = nullptr;
+  std::int64_t bias_rs = 0, bias_cs = 0;
+  float* workspace = nullptr;  // sgemm_workspace(m, n, k, threads) floats
+  // At most the count sgemm_workspace() was sized for; passed through team_size(), so 1 inside
+  // a caller's parallel region.
+  int threads = 1;
+};
+
+// Floats of a fully packed B (k x n): every k block holds round_up(n, nr) columns in nr-wide
+// micro-panels.
+template <class Arch>
+std::size_t packed_b_size(std::int64_t n, std::int64_t k) {
+  return static_cast<std::size_t>(gemm_round_up(n, GemmTile<Arch>::nr) * k);
+}
+
+// Workspace floats of sgemm for up to `threads` threads: one packed B block shared by the team
+// and one packed A block per thread, each 64-byte aligned.
+template <class Arch>
+std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+  constexpr std::int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
+  const GemmBlocking bl = gemm_blocking<Arch>();
+  const std::int64_t kc = gemm_k_step<Arch>(k);
+  const std::int64_t nc = std::min(bl.nc, gemm_round_up(n, nr));
+  const std::int64_t mc = std::min(bl.mc, gemm_round_up(m, mr));
+  const std::int64_t b_block = gemm_round_up(kc * nc, 16), a_block = gemm_round_up(kc * mc, 16);
+  return static_cast<std::size_t>(16 + b_block + std::max(threads, 1) * a_block);
+}
+
+namespace gemm_detail {
+
+using std::int64_t;
+
+// ---- packing ----------------------------------------------------------------------------------
+// The row tiles of an mc-row block: ceil(mc / mr) tiles of near-equal height (tile q covers
+// rows [q * mc / t, (q + 1) * mc / t)), so 128 rows are 8 x 13 + 2 x 12 rows instead of 9 x 14
+// + one 2-row tile that would run at a fraction of the FMA rate (measured ~2% at M = 128).
+template <class Arch>
+struct RowTiles {
+  int64_t mc, t;
+  explicit RowTiles(int64_t rows) : mc(rows), t(gemm_ceil_div(rows, GemmTile<Arch>::mr)) {}
+  int64_t begin(int64_t q) const { return q * mc / t; }
+};
+
+// A block: rows [i0, i0 + mc) x k [k0, k0 + kc) of op(A) into one micro-panel per row tile,
+// each kc x mr (k-major: the values the micro-kernel broadcasts at one k step are adjacent).
+// Rows past a tile's height are never read (the micro-kernel has a variant per row count), so
+// they are not written either.
+template <class Arch>
+void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* dst) {
+  constexpr int64_t mr = GemmTile<Arch>::mr;
+  const RowTiles<Arch> tiles(mc);
+  if (g.trans_a) {
+    // A is (k, m): row k of the block is mc contiguous floats; walk it once per k.
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = g.a + (k0 + k) * g.lda + i0;
+      for (int64_t q = 0; q < tiles.t; ++q) {
+        const int64_t r0 = tiles.begin(q), rows = tiles.begin(q + 1) - r0;
+        float* d = dst + q * mr * kc + k * mr;
+        for (int64_t i = 0; i < rows; ++i) d[i] = src[r0 + i];
+      }
+    }
+    return;
+  }
+  // A is (m, k): each row is a short sequential stream of kc floats, too short for the hardware
+  // prefetcher (measured: the loads of these rows were most of the packing time), so while one
+  // tile is packed the same number of rows after it is prefetched.
+  for (int64_t q = 0; q < tiles.t; ++q, dst += mr * kc) {
+    const int64_t r0 = tiles.begin(q), rows = tiles.begin(q + 1) - r0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* src = g.a + (i0 + r0 + i) * g.lda + k0;
+      if (r0 + rows + i < mc)
+        for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(src + rows * g.lda + k, 0, 3);
+      for (int64_t k = 0; k < kc; ++k) dst[k * mr + i] = src[k];
+    }
+  }
+}
+
+// One B micro-panel: k [k0, k0 + kc) x columns [j0, j0 + cols) of op(B), cols <= nr, into
+// kc x nr (row k holds the nr values of one k step), zero-padded to nr columns.
+template <class Arch>
+void pack_b_panel(const float* b, int64_t ldb, bool trans_b, int64_t k0, int64_t kc, int64_t j0, int64_t cols,
+                  float* dst, bool prefetch_next = false) {
+  using B = fbatch<Arch>;
+  constexpr int64_t nr = GemmTile<Arch>::nr, W = B::size;
+  if (!trans_b && cols == nr) {
+    // B is (k, n): each k row of the panel is nr contiguous floats.
+    const float* src = b + k0 * ldb + j0;
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t v = 0; v < nr; v += W) B::load_unaligned(src + k * ldb + v).store_aligned(dst + k * nr + v);
+    return;
+  }
+  if (cols < nr)
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = cols; j < nr; ++j) dst[k * nr + j] = 0.f;
+  if (trans_b) {
+    // B is (n, k): column j of op(B) is row j of b, contiguous along k. As in pack_a, the
+    // same rows of the next panel are prefetched while this one is packed.
+    for (int64_t j = 0; j < cols; ++j) {
+      const float* src = b + (j0 + j) * ldb + k0;
+      if (prefetch_next)
+        for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(src + nr * ldb + k, 0, 3);
+      for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = src[k];
+    }
+  } else {
+    const float* src = b + k0 * ldb + j0;
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = 0; j < cols; ++j) dst[k * nr + j] = src[k * ldb + j];
+  }
+}
+
+// Consecutive B micro-panels: columns [j0, j0 + cols) (j0 a multiple of nr), panel q at
+// dst + q * nr * kc. Untransposed, each k row of the range is read once, front to back (one
+// long stream instead of 2-line pieces per panel).
+template <class Arch>
+void pack_b_range(const float* b, int64_t ldb, bool trans_b, int64_t k0, int64_t kc, int64_t j0, int64_t cols,
+                  float* dst) {
+  using B = fbatch<Arch>;
+  constexpr int64_t nr = GemmTile<Arch>::nr, W = B::size;
+  const int64_t full = cols / nr * nr;
+  if (!trans_b) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = b + (k0 + k) * ldb + j0;
+      for (int64_t j = 0; j < full; j += nr)
+        for (int64_t v = 0; v < nr; v += W) B::load_unaligned(src + j + v).store_aligned(dst + j * kc + k * nr + v);
+    }
+  } else {
+    for (int64_t j = 0; j < full; j += nr)
+      pack_b_panel<Arch>(b, ldb, trans_b, k0, kc, j0 + j, nr, dst + j * kc, j + nr < cols);
+  }
+  if (full < cols) pack_b_panel<Arch>(b, ldb, trans_b, k0, kc, j0 + full, cols - full, dst + full * kc);
+}
+
+// ---- the micro-kernel -------------------------------------------------------------------------
+// How one tile's result is written: C = alpha * acc (+ beta * C on the first k block, + C on
+// the later ones) (+ bias on the last one).
+struct Store {
+  float alpha, beta;
+  bool first, last;
+  const float* bias;  // already offset to the tile's (row 0, column 0); nullptr: none
+  int64_t bias_rs, bias_cs;
+};
+
+// R rows (R <= mr) x nr columns of C += A micro-panel (kc x mr) * B micro-panel (kc x nr).
+// The accumulators are a fixed-size array indexed only by constants after unrolling, so the
+// compiler keeps all of them in registers. `cols` < nr is the right edge: the full tile is
+// computed (B is zero-padded) and only `cols` columns are stored.
+template <class Arch, int R>
+void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* __restrict c, int64_t ldc,
+                int64_t cols, const Store& st) {
+  using B = fbatch<Arch>;
+  constexpr int mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, W = static_cast<int>(B::size), NV = nr / W;
+  B acc[R][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = B(0.f);
+
+  const auto k_loop = [&](int64_t steps) {
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < steps; ++k) {
+      B b[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) b[v] = B::load_aligned(pb + v * W);
+      __builtin_prefetch(pa + 8 * mr, 0, 3);
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        const B ai(pa[i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, b[v], acc[i][v]);
+      }
+      pa += mr;
+      pb += nr;
+    }
+  };
+  // The C tile is fetched into L2 at the start and into L1 only 32 k steps before the end:
+  // with ldc a multiple of 1 KiB its rows share a few L1 sets, and held there for the whole loop
+  // they would evict each other and the B micro-panel.
+  const bool reads_c = !st.first || st.beta != 0.f;
+  if (reads_c)
+    for (int i = 0; i < R; ++i) {
+      __builtin_prefetch(c + i * ldc, 1, 2);
+      __builtin_prefetch(c + i * ldc + nr - 1, 1, 2);
+    }
+  const int64_t late = reads_c ? std::min<int64_t>(kc, 32) : 0;
+  k_loop(kc - late);
+  if (late) {
+    for (int i = 0; i < R; ++i) {
+      __builtin_prefetch(c + i * ldc, 1, 3);
+      __builtin_prefetch(c + i * ldc + nr - 1, 1, 3);
+    }
+    k_loop(late);
+  }
+
+  const B alpha(st.alpha), beta(st.beta);
+  if (cols == nr) {
+    // All loads of the tile first, then all stores: C's rows are often 4 KiB apart (ldc 1024),
+    // and a load behind a store with the same low 12 address bits waits for it (4K aliasing).
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const float* p = c + i * ldc + v * W;
+        B x = st.alpha == 1.f ? acc[i][v] : alpha * acc[i][v];
+        if (!st.first)
+          x += B::load_unaligned(p);
+        else if (st.beta != 0.f)
+          x = xsimd::fma(beta, B::load_unaligned(p), x);
+        if (st.last && st.bias) {
+          const float* bp = st.bias + i * st.bias_rs + v * W;
+          x += st.bias_cs ? B::load_unaligned(bp) : B(*bp);
+        }
+        acc[i][v] = x;
+      }
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(c + i * ldc + v * W);
+    return;
+  }
+  // Right edge: spill the tile, then store the valid columns one by one.
+  alignas(64) float tmp[R * nr];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + i * nr + v * W);
+  for (int i = 0; i < R; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float& y = c[i * ldc + j];
+      float x = st.alpha * tmp[i * nr + j];
+      if (!st.first)
+        x += y;
+      else if (st.beta != 0.f)
+        x += st.beta * y;
+      if (st.last && st.bias) x += st.bias[i * st.bias_rs + j * st.bias_cs];
+      y = x;
+    }
+}
+
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const Store&);
+
+// micro_tile<Arch, R> for R = 1 .. mr, indexed by R - 1: the bottom edge runs only its rows.
+template <class Arch, int... I>
+constexpr auto make_tile_table(std::integer_sequence<int, I...>) {
+  return std::array<TileFn, sizeof...(I)>{&micro_tile<Arch, I + 1>...};
+}
+template <class Arch>
+inline constexpr auto kTiles = make_tile_table<Arch>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
+
+// ---- the macro-kernel: one packed A block x one thread's share of the packed B block --------
+// C rows [i0, i0 + mc), columns jc + [j0, j1) where pb is the packed block of columns from jc
+// (j0 a multiple of nr).
+template <class Arch>
+void macro_kernel(const SgemmArgs& g, const float* pa, int64_t i0, int64_t mc, const float* pb, int64_t jc, int64_t j0,
+                  int64_t j1, int64_t kc, bool first, bool last) {
+  constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
+  Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs};
+  const RowTiles<Arch> tiles(mc);
+  // jr outside ir: one kc x nr B micro-panel stays in L1 while the A block streams from L2.
+  for (int64_t j = j0; j < j1; j += nr) {
+    const float* pbj = pb + j * kc;
+    const int64_t cols = std::min(nr, j1 - j);
+    for (int64_t q = 0; q < tiles.t; ++q) {
+      const int64_t i = tiles.begin(q), rows = tiles.begin(q + 1) - i;
+      st.bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + (jc + j) * g.bias_cs : nullptr;
+      kTiles<Arch>[static_cast<std::size_t>(rows - 1)](kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j,
+                                                       g.ldc, cols, st);
+    }
+  }
+}
+
+// Splits `threads` into a tm x tn grid over (rows, columns) minimizing the per-thread
+// perimeter rows/tm + cols/tn (the packed data each thread touches). Ties split the columns:
+// with tm == 1 every thread packs exactly the B micro-panels it multiplies, so no barrier is
+// needed and no panel crosses cores (measured at 1024^3, 2 threads: 1.83x -> see gemm.cpp),
+// at the price of each thread packing all rows of A.
+inline std::pair<int, int> thread_grid(int64_t m, int64_t n, int threads) {
+  std::pair<int, int> best{threads, 1};
+  double best_cost = 1e300;
+  for (int tm = 1; tm <= threads; ++tm) {
+    if (threads % tm) continue;
+    const int tn = threads / tm;
+    const double cost = static_cast<double>(m) / tm + static_cast<double>(n) / tn;
+    if (cost < best_cost - 1e-9 || (cost <= best_cost + 1e-9 && tm < best.first)) {
+      best_cost = cost;
+      best = {tm, tn};
+    }
+  }
+  return best;
+}
+
+// [begin, end) of part `id` of `parts` near-equal chunks of [0, n) in units of `unit`.
+inline std::pair<int64_t, int64_t> split(int64_t n, int parts, int id, int64_t unit) {
+  const int64_t units = gemm_ceil_div(n, unit);
+  const int64_t b = units * id / parts, e = units * (id + 1) / parts;
+  return {std::min(n, b * unit), std::min(n, e * unit)};
+}
+
+}  // namespace gemm_detail
+
+// Packs all of op(B) (k x n) for sgemm's packed_b: k block after k block (the blocks of
+// gemm_k_step), each round_up(n, nr) columns wide in nr-column micro-panels.
+template <class Arch>
+void pack_b(const float* b, std::int64_t ldb, bool trans_b, std::int64_t n, std::int64_t k, float* dst) {
+  constexpr std::int64_t nr = GemmTile<Arch>::nr;
+  const std::int64_t ks = gemm_k_step<Arch>(k), npad = gemm_round_up(n, nr);
+  for (std::int64_t k0 = 0; k0 < k; k0 += ks) {
+    const std::int64_t kc = std::min(ks, k - k0);
+    gemm_detail::pack_b_range<Arch>(b, ldb, trans_b, k0, kc, 0, n, dst + k0 * npad);
+  }
+}
+
+// C = alpha * op(A) op(B) + beta * C + bias. The BLIS loop nest:
+//   jc over n in NC blocks      packed B block (kc x nc) shared by the team, in L3
+//    pc over k in KC blocks      (B packed cooperatively, one barrier before and after)
+//     ic over this thread's rows in MC blocks    packed A block (mc x kc) per thread, in L2
+//      jr over this thread's columns, nr at a time   B micro-panel (kc x nr) in L1
+//       ir over the block's rows, mr at a time      A micro-panel streamed; C tile in registers
+// Threads form a tm x tn grid over the rows and the columns of each nc block.
+template <class Arch>
+void sgemm(const SgemmArgs& g) {
+  using namespace gemm_detail;
+  constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
+  const int64_t M = g.m, N = g.n, K = g.k;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    // Nothing to multiply: C = beta * C + bias (beta == 0 never reads C). alpha == 0 still
+    // multiplies, so NaN / Inf in A or B propagate exactly as in naive.
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float& y = g.c[i * g.ldc + j];
+        float x = g.beta == 0.f ? 0.f : g.beta * y;
+        if (g.bias) x += g.bias[i * g.bias_rs + j * g.bias_cs];
+        y = x;
+      }
+    return;
+  }
+  const GemmBlocking bl = gemm_blocking<Arch>();
+  const int64_t ks = gemm_k_step<Arch>(K);
+  const int64_t nc_max = std::min(bl.nc, gemm_round_up(N, nr));
+  const int64_t mc_max = std::min(bl.mc, gemm_round_up(M, mr));
+  const int64_t b_block = gemm_round_up(ks * nc_max, 16), a_block = gemm_round_up(ks * mc_max, 16);
+  float* ws = g.workspace + ((16 - reinterpret_cast<std::uintptr_t>(g.workspace) / sizeof(float) % 16) % 16);
+  float* bbuf = ws;
+  const int64_t npad = gemm_round_up(N, nr);
+
+  // Threads: never more than the tiles, and one for problems too small to repay a team.
+  int t = team_size(g.threads);
+  const int64_t tiles = gemm_ceil_div(M, mr) * gemm_ceil_div(N, nr);
+  if (2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < 4e6) t = 1;
+  t = static_cast<int>(std::min<int64_t>(t, tiles));
+
+  // One thread's share; `nt` is the team's real size (OpenMP may grant fewer than asked).
+  auto body = [&](int id, int nt) {
+    const auto [tm, tn] = thread_grid(M, N, nt);
+    float* abuf = ws + b_block + id * a_block;
+    const auto [i_begin, i_end] = split(M, tm, id / tn, mr);
+    // This thread's rows in near-equal MC blocks (1024 rows: 350 + 350 + 324, not 504 + 504 + 16).
+    const int64_t rows = std::max<int64_t>(i_end - i_begin, 1);
+    const int64_t ms = std::min(mc_max, gemm_round_up(gemm_ceil_div(rows, gemm_ceil_div(rows, mc_max)), mr));
+    for (int64_t jc = 0; jc < N; jc += nc_max) {
+      const int64_t nc = std::min(nc_max, N - jc);
+      const auto [j0, j1] = split(nc, tn, id % tn, nr);
+      for (int64_t k0 = 0; k0 < K; k0 += ks) {
+        const int64_t kc = std::min(ks, K - k0);
+        const float* pb = bbuf;
+        if (g.packed_b) {
+          pb = g.packed_b + k0 * npad + jc * kc;
+        } else {
+          // Pack the nc block's micro-panels cooperatively, then wait for all of them. With one
+          // row of threads (tm == 1) each thread packs exactly its own columns' panels (p0 * nr
+          // == j0) and nobody waits; then a thread's panels start at the fixed offset
+          // p0 * nr * ks, so a shorter last k block cannot move them onto a neighbour's panels
+          // that are still in use.
+          const auto [p0, p1] = split(gemm_ceil_div(nc, nr), nt, id, 1);
+          const int64_t own = tm > 1 ? p0 * nr * kc : p0 * nr * ks;
+          if (p0 < p1)
+            pack_b_range<Arch>(g.b, g.ldb, g.trans_b, k0, kc, jc + p0 * nr, std::min(nc, p1 * nr) - p0 * nr,
+                               bbuf + own);
+          if (tm > 1) {
+#pragma omp barrier
+          } else {
+            assert(p0 * nr == j0 || j0 >= j1);
+            pb = bbuf + own - p0 * nr * kc;  // so that pb + j * kc is panel j for j in [j0, j1)
+          }
+        }
+        if (j0 < j1)
+          for (int64_t i0 = i_begin; i0 < i_end; i0 += ms) {
+            const int64_t mc = std::min(ms, i_end - i0);
+            pack_a<Arch>(g, i0, mc, k0, kc, abuf);
+            macro_kernel<Arch>(g, abuf, i0, mc, pb, jc, j0, j1, kc, k0 == 0, k0 + kc == K);
+          }
+        if (!g.packed_b && tm > 1) {
+#pragma omp barrier  // the B block is overwritten next
+        }
+      }
+    }
+  };
+  if (t <= 1) {
+    body(0, 1);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  body(omp_get_thread_num(), omp_get_num_threads());
+}
+
+}  // namespace OPFUSE_SIMD_NS
+}  // namespace opfuse::simd
