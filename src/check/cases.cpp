@@ -50,6 +50,7 @@ std::string variant_suffix(unsigned v) {
   std::string s;
   if (v & kUnaligned) s += "+unaligned";
   if (v & kInplace) s += "+inplace";
+  if (v & kConst) s += "+const";
   if (v & kNan) s += "+nan";
   if (v & kInf) s += "+inf";
   return s;
@@ -158,6 +159,14 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(15, 17, 33, gp(false, false, 1.f, 0.f, {PostOp::add(), act(Activation::relu6())}), {}, {{1, 17}}));
   c.add(gemm(17, 15, 9, gp(false, false, 1.f, 0.f, {PostOp::binary_op(BinaryKind::mul), act(ActKind::sigmoid)})));
   c.add(gemm(9, 16, 17, gp(false, false, 1.f, 1.f, {PostOp::batchnorm(), PostOp::add(), act(ActKind::relu)}), {16}));
+  // Weights bound at prepare (packed once), and problems big enough for threaded, multi-block paths.
+  c.add(gemm(33, 31, 17), kConst);
+  c.add(gemm(13, 7, 31, gp(false, true)), kConst);
+  c.add(gemm(16, 33, 17, gp(false, false, 1.f, 0.f, {PostOp::batchnorm(), PostOp::add(), act(ActKind::relu)}), {33}),
+        kConst);
+  c.add(gemm(200, 300, 600, gp(false, true)));
+  c.add(gemm(200, 300, 600, gp(true, false, 1.f, 0.f, {act(ActKind::gelu_erf)}), {300}), kConst);
+  c.add(gemm(131, 1030, 70), kConst | kUnaligned);
   c.add(gemm(8, 24, 40, gp(false, false, 1.f, 0.f, {act(ActKind::silu), act(Activation::leaky_relu(0.1f))}), {1, 24}));
   // Drawn from the seed.
   for (int i = 0; i < 3; ++i) {
@@ -247,6 +256,14 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 16, 9, 9, 16, 3, 3, 2, 1, 1, 16}, false, {PostOp::batchnorm(), act(Activation::relu6())}));
   c.add(conv({2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu, {{1, 16, 1, 1}}));
   c.add(conv({1, 8, 5, 5, 16, 3, 3, 1, 1, 1, 1, kNhwc}, false, bn_add_relu), kUnaligned);
+  // Weights bound at prepare (transformed once), and problems big enough for threaded paths.
+  c.add(conv({1, 8, 7, 7, 16, 3, 3, 1, 1}, true, bn_add_relu), kConst);
+  c.add(conv({1, 16, 7, 7, 32, 1, 1}), kConst);
+  c.add(conv({1, 16, 9, 9, 16, 3, 3, 2, 1, 1, 16}), kConst);
+  c.add(conv({1, 17, 7, 7, 33, 3, 3, 1, 1, 1, 1, kNhwc}, true), kConst);
+  c.add(conv({2, 32, 28, 28, 48, 3, 3, 1, 1}, true, {act(ActKind::relu)}), kConst);
+  c.add(conv({1, 64, 28, 28, 64, 1, 1, 1, 0, 1, 1, kNhwc}));
+  c.add(conv({1, 48, 30, 30, 48, 3, 3, 1, 1, 1, 48}));
   // Drawn from the seed.
   for (int i = 0; i < 3; ++i) {
     ConvSpec s{1, 1, 1, 1, 1, 1, 1};
@@ -580,6 +597,8 @@ void inverted_residual_cases(Cases& c) {
   c.add(inverted_residual(1, 16, 15, 15, 16, 16, 2, false, false));
   c.add(inverted_residual(1, 3, 13, 13, 17, 5, 1, false));
   c.add(inverted_residual(1, 3, 13, 13, 17, 5, 1, false), kUnaligned);
+  c.add(inverted_residual(1, 16, 7, 7, 96, 16, 1, true), kConst);
+  c.add(inverted_residual(1, 16, 8, 8, 96, 24, 2, false), kConst);
   c.add(inverted_residual(1, 4, 1, 1, 24, 4, 1, true));
   c.add(inverted_residual(1, 4, 1, 1, 24, 4, 2, false));
   c.add(inverted_residual(2, 8, 9, 9, 48, 8, 1, true, true, kNhwc));

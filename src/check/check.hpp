@@ -79,6 +79,7 @@ enum Variant : unsigned {
   kInplace = 2u,    // output 0 aliases input 0 (only where allows_inplace(desc, 0, 0))
   kNan = 4u,        // NaNs injected into input 0
   kInf = 8u,        // +Inf / -Inf injected into input 0
+  kConst = 16u,     // inputs 1.. bound as constants at prepare (weights packed once), nullptr at execute
 };
 
 struct Case {

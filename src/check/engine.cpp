@@ -119,13 +119,9 @@ Run run_kernel(const KernelDef& k, const OpDesc& desc, const Data& inputs, const
   ctx.stage = is_stage(k.impl) ? static_cast<Stage>(k.impl) : Stage::naive;
   ctx.threads = threads;
   ctx.fallback = false;
-  auto prim = prepare_kernel(desc, k, ctx);
-  if (!prim) {
-    r.status = prim.status();
-    return r;
-  }
   const bool unaligned = variants & kUnaligned;
   const bool inplace = variants & kInplace;
+  const bool bound = variants & kConst;
   const auto in_names = input_names(desc);
   const auto out_names = output_names(desc);
   std::vector<Buffer> in(desc.inputs.size());
@@ -137,6 +133,18 @@ Run run_kernel(const KernelDef& k, const OpDesc& desc, const Data& inputs, const
     }
     in[i] = std::move(*b);
     scatter(inputs[i], desc.inputs[i], in[i].data());
+  }
+  // +const: every input but x is bound at prepare (weights, bias, BN vectors, post-op operands)
+  // and passed as nullptr at execute, the path of a deployed model.
+  std::vector<const Tensor*> constants;
+  if (bound) {
+    constants.assign(in.size(), nullptr);
+    for (std::size_t i = 1; i < in.size(); ++i) constants[i] = &in[i].tensor;
+  }
+  auto prim = prepare_kernel(desc, k, ctx, constants);
+  if (!prim) {
+    r.status = prim.status();
+    return r;
   }
   const std::vector<TensorDesc>& out_descs = prim->output_descs();
   std::vector<Buffer> out(out_descs.size());
@@ -158,7 +166,7 @@ Run run_kernel(const KernelDef& k, const OpDesc& desc, const Data& inputs, const
     }
   }
   std::vector<const Tensor*> in_ptrs, out_ptrs;
-  for (auto& b : in) in_ptrs.push_back(&b.tensor);
+  for (std::size_t i = 0; i < in.size(); ++i) in_ptrs.push_back(bound && i > 0 ? nullptr : &in[i].tensor);
   for (std::size_t o = 0; o < out.size(); ++o) out_ptrs.push_back(inplace && o == 0 ? &in[0].tensor : &out[o].tensor);
 
   r.status = prim->execute(in_ptrs, out_ptrs);
