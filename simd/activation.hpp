@@ -82,5 +82,17 @@ inline float activate_scalar(const Activation& a, float v) {
   return activate<Arch>(a, fbatch<Arch>(v)).get(0);
 }
 
+// a <op> b for one batch: the binary post-op / chain step, as naive's apply_binary.
+template <class Arch>
+fbatch<Arch> binary_op(BinaryKind kind, fbatch<Arch> a, fbatch<Arch> b) {
+  switch (kind) {
+    case BinaryKind::add: return a + b;
+    case BinaryKind::sub: return a - b;
+    case BinaryKind::mul: return a * b;
+    case BinaryKind::div: return a / b;
+  }
+  return a;
+}
+
 }  // namespace OPFUSE_SIMD_NS
 }  // namespace opfuse::simd

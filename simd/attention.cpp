@@ -16,9 +16,6 @@
 //        the score matrix never written to memory.
 // GCC 12's AVX-512 headers build min/max/roundscale from _mm512_undefined_ps(), which
 // -Wmaybe-uninitialized flags at every inlining site (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include <cassert>
 #include <cmath>
@@ -37,10 +34,6 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr std::int64_t kRows = 4;  // query rows per work item
-
-
-
-
 
 std::int64_t round16(std::int64_t n) { return (n + 15) / 16 * 16; }
 

@@ -10,6 +10,12 @@
 #error "simd/common.hpp is for simd/*.cpp, compiled once per ISA with OPFUSE_SIMD_ISA set"
 #endif
 
+// GCC 12's AVX-512 intrinsic headers raise false -Wmaybe-uninitialized warnings on min/max and
+// shifts (GCC bug 105593); silenced for the simd translation units only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <omp.h>
 
 #include <cstdint>

@@ -170,17 +170,6 @@ Chain make_chain(const OpDesc& d, const Tensor* const* in, float* ws) {
   return c;
 }
 
-template <class Arch>
-fbatch<Arch> binary_op(BinaryKind k, fbatch<Arch> a, fbatch<Arch> b) {
-  switch (k) {
-    case BinaryKind::add: return a + b;
-    case BinaryKind::sub: return a - b;
-    case BinaryKind::mul: return a * b;
-    case BinaryKind::div: return a / b;
-  }
-  return a;
-}
-
 // Applies the chain to y[0, len): the outputs at logical (n, k + e*kstep, p, q + e*qstep) for
 // element e, i.e. kstep = 1, qstep = 0 along the channels of an NHWC pixel and kstep = 0,
 // qstep = 1 along an NCHW row. Callers pass a run that was just stored (a tile row, a pixel's

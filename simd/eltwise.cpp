@@ -46,7 +46,6 @@ constexpr std::int64_t kGrain = 4096;
 // Smaller outputs keep plain stores so the next op finds them in cache.
 constexpr std::int64_t kStreamMin = std::int64_t{1} << 22;
 
-
 // Runs body(i0, i1, aligned) over [0, n): a scalar-width head up to the first address of y that is
 // batch-aligned (only when streaming), then the rest. body handles its own vector loop and tail.
 template <class Arch, class Body>

@@ -123,17 +123,6 @@ void activation_pass(const Activation& act, float* y, std::int64_t m, std::int64
   });
 }
 
-template <class Arch>
-fbatch<Arch> binary_op(BinaryKind kind, fbatch<Arch> a, fbatch<Arch> b) {
-  switch (kind) {
-    case BinaryKind::add: return a + b;
-    case BinaryKind::sub: return a - b;
-    case BinaryKind::mul: return a * b;
-    case BinaryKind::div: return a / b;
-  }
-  return a;
-}
-
 // y = y <op> other, other broadcast to (m, n) through (rs, cs), cs 0 or 1.
 template <class Arch>
 void binary_pass(BinaryKind kind, float* y, std::int64_t m, std::int64_t n, std::int64_t ldy, const float* other,

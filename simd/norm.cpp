@@ -18,9 +18,6 @@
 //        read of x and residual and one write of y (and sum).
 // GCC 12's AVX-512 headers build min/max/roundscale from _mm512_undefined_ps(), which
 // -Wmaybe-uninitialized flags at every inlining site (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include <array>
 #include <cassert>
@@ -42,14 +39,12 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 constexpr std::size_t u(int d) { return static_cast<std::size_t>(d); }
 
-
 // Tensors larger than this (bytes of y) go through the streaming variants: y is written with
 // non-temporal stores (no read-for-ownership of y, no eviction of useful lines) and the next
 // row is prefetched while the current one is computed in L1, so DRAM stays busy during the
 // compute passes. Below it, y is likely to be consumed from the cache and is stored normally.
 constexpr std::int64_t kStreamBytes = 16 << 20;
 constexpr std::int64_t kStreamRow = 4096;  // row scratch on the stack (floats), streaming softmax
-
 
 // y[j] = src[j] * f for j < n: non-temporal vector stores on the vector-aligned part of y,
 // plain stores on the unaligned head and the tail.
@@ -94,7 +89,6 @@ fbatch<Arch> exp_nonpositive(fbatch<Arch> x) {
   const I e = (xsimd::bitwise_cast<I>(t) - I(0x4B400000 - 127)) << 23;
   return xsimd::select(tiny, B(0.f), p * xsimd::bitwise_cast<B>(e));
 }
-
 
 // A logical index walking `shape` in row-major order, carrying the element offset of three
 // tensors (x, y, mask) so that stepping costs one add per tensor.

@@ -17,9 +17,6 @@
 //        then applied to the conv's output tile before it is stored).
 // GCC 12's AVX-512 headers build min/max/roundscale from _mm512_undefined_ps(), which
 // -Wmaybe-uninitialized flags at every inlining site (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include <cassert>
 #include <cstdint>
@@ -35,8 +32,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr std::size_t u(int d) { return static_cast<std::size_t>(d); }
-
-
 
 // The geometry of one pooling call.
 struct Geometry {

@@ -82,4 +82,3 @@ Status prepare_of(const OpDesc& desc, const Context& ctx, const Tensor* const* c
 #include "simd/eltwise.hpp"
 #include "simd/gemm.hpp"
 #include "simd/norm.hpp"
-
