@@ -81,13 +81,16 @@ inline fbatch<Arch> exp(fbatch<Arch> x) {
   const B p = xsimd::fma(horner<Arch>(r, P), r * r, r + B(1.f));
   // n as integers: n1 = round(n / 2) by the same magic add, n2 = n - n1, both in [-75, 64]. The
   // exponent field is filled with a multiply by 2^23 rather than a shift (GCC 12 warns falsely
-  // on the AVX-512 shift intrinsics, PR 105593).
+  // on the AVX-512 shift intrinsics, PR 105593), done in unsigned arithmetic: NaN/Inf lanes
+  // carry garbage integers here (their result is NaN/Inf anyway) and SSE2, lacking a 32-bit
+  // multiply, emulates it lane by lane in C++, where a signed overflow would be undefined.
   const I magic_bits = xsimd::bitwise_cast<I>(magic);
   const I ni = xsimd::bitwise_cast<I>(t) - magic_bits;
   const I n1 = xsimd::bitwise_cast<I>(xsimd::fma(n, B(0.5f), magic)) - magic_bits;
   const I n2 = ni - n1;
-  const B s1 = xsimd::bitwise_cast<B>((n1 + I(127)) * I(1 << 23));
-  const B s2 = xsimd::bitwise_cast<B>((n2 + I(127)) * I(1 << 23));
+  using U = xsimd::batch<std::uint32_t, Arch>;
+  const B s1 = xsimd::bitwise_cast<B>(xsimd::bitwise_cast<U>(n1 + I(127)) * U(1u << 23));
+  const B s2 = xsimd::bitwise_cast<B>(xsimd::bitwise_cast<U>(n2 + I(127)) * U(1u << 23));
   return (p * s1) * s2;  // NaN x: p is NaN, whatever s1 and s2 hold
 }
 
