@@ -28,15 +28,23 @@
 // fused: keeps the accumulator tile in registers through bias, batchnorm, residual add and
 //        activation, storing y once (the chain code below is the per-vector epilogue it reuses).
 //
-// Measured (opfuse-bench, AVX-512, medians of 3, one run on the shared 2-core VM while other
-// builds ran, so compare ratios inside the run; GFLOP/s, t1 then t2 where the run was quiet):
-//   case                                naive   simd          oneDNN         Eigen
-//   3x3 64->64 @56 (nhwc_direct)        2.3     94.1 / 168    114.5 / 222    84.9 / 145   0.82x oneDNN, t2/t1 1.79
-//   1x1 256->64 @56 +bn+add+relu (1x1)  0.8     79.5          96.1           98.0         0.83x
-//   7x7/2 3->64 @224 +bn+relu (direct)  2.5     77.8          111.2          60.7         0.70x
-//   dw 3x3 144 @56 +bn+relu6 (dw)       1.0     16.8 / 32.9   35.1           -            0.48x, t2/t1 1.96
-//   In nhwc_direct 84% of the time is the micro-kernel (perf); the transposes and the chain are
-//   the rest. Blocking input channels so a block's weights stay in L1 changed nothing measurable.
+// Threads: nhwc_direct splits every per-call pass - the weight packing (when w is not bound at
+// prepare), the padded NHWC copy and the output rows with their NCHW transpose - over the team;
+// the rows of all images are split evenly to one row per thread (then into blocks of <= RB rows).
+// Measured on 3x3 64->64 @56 t2: packing serially before the parallel passes cost 0.21 ms
+// (1.42 vs 1.21 ms per call, ~10x its own t1 time), the main reason t2/t1 was 1.40.
+//
+// Measured (opfuse-bench, AVX-512, medians of 3, one run on the 2-core VM, load ~1.2; compare
+// ratios inside the run; GFLOP/s, t1 / t2):
+//   case                                simd                  oneDNN                simd/oneDNN t1
+//   3x3 64->64 @56 (nhwc_direct)        97.0 / 187.5  1.93x   113.3 / 219.4  1.94x  0.86x
+//   1x1 256->64 @56 +bn+add+relu (1x1)  80.4 / 148.4  1.85x    99.9 / 191.9  1.92x  0.80x
+//   7x7/2 3->64 @224 +bn+relu (direct)  79.8 / 160.3  2.01x   110.6 / 219.6  1.99x  0.72x
+//   dw 3x3 144 @56 +bn+relu6 (dw)       15.6 /  30.1  1.93x    39.3 / (noisy)        0.40x
+//   (naive ~1-2.5 GFLOP/s and Eigen 3x3 ~80 / 140 in earlier runs; not rerun here.)
+//   In nhwc_direct ~89% of the t1 time is the micro-kernel (perf), ~5% the NCHW output
+//   transpose, ~4% the padded copy, ~1% weight packing. Blocking input channels so a block's
+//   weights stay in L1 changed nothing measurable.
 #include <algorithm>
 #include <array>
 #include <cassert>
@@ -357,19 +365,30 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
 i64 direct_cblock(const ConvGeom& g, i64 KB) { return std::clamp<i64>(9216 / (g.R * g.S * KB), 4, g.Cg); }
 
 // Packs w (K, Cg, R, S) into [g][kb][c block][R][S][c in block][KB], zero-filling output
-// channels past Kg.
-void pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, float* out) {
-  const i64 nkb = (g.Kg + KB - 1) / KB, CB = direct_cblock(g, KB);
-  for (i64 gi = 0; gi < g.G; ++gi)
-    for (i64 kb = 0; kb < nkb; ++kb)
-      for (i64 c0 = 0; c0 < g.Cg; c0 += CB)
-        for (i64 r = 0; r < g.R; ++r)
-          for (i64 s = 0; s < g.S; ++s)
-            for (i64 c = c0; c < std::min(g.Cg, c0 + CB); ++c)
-              for (i64 l = 0; l < KB; ++l) {
-                const i64 kg = kb * KB + l;
-                *out++ = kg < g.Kg ? w[(gi * g.Kg + kg) * g.ws[0] + c * g.ws[1] + r * g.ws[2] + s * g.ws[3]] : 0.f;
-              }
+// channels past Kg. Split over threads by (group, K block, channel block, window row): when w is
+// not bound at prepare this runs inside every call, so it must not be a serial prologue.
+void pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, float* out, int threads) {
+  const i64 nkb = (g.Kg + KB - 1) / KB, CB = direct_cblock(g, KB), ncb = (g.Cg + CB - 1) / CB;
+  const i64 wblock = g.R * g.S * g.Cg * KB;
+  parallel_for(g.G * nkb * ncb * g.R, threads, 1, [&](i64 b, i64 e) {
+    for (i64 u = b; u < e; ++u) {
+      const i64 r = u % g.R, cb = (u / g.R) % ncb, kb = (u / (g.R * ncb)) % nkb, gi = u / (g.R * ncb * nkb);
+      const i64 c0 = cb * CB, cn = std::min(CB, g.Cg - c0);
+      float* o = out + (gi * nkb + kb) * wblock + (c0 * g.R + r * cn) * g.S * KB;
+      // Output channel outermost: each k's taps are read along w's rows (not one cache line per
+      // float), and the unit's S*cn*KB outputs stay in L1 while the l column fills in.
+      for (i64 l = 0; l < KB; ++l) {
+        const i64 kg = kb * KB + l;
+        if (kg >= g.Kg) {
+          for (i64 sc = 0; sc < g.S * cn; ++sc) o[sc * KB + l] = 0.f;
+          continue;
+        }
+        const float* src = w + (gi * g.Kg + kg) * g.ws[0] + c0 * g.ws[1] + r * g.ws[2];
+        for (i64 s = 0; s < g.S; ++s)
+          for (i64 c = 0; c < cn; ++c) o[(s * cn + c) * KB + l] = src[c * g.ws[1] + s * g.ws[3]];
+      }
+    }
+  });
 }
 
 struct DirectState {
@@ -467,38 +486,53 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
     }
   }
   if (!pl.ybuf) return;
-  // NHWC block -> NCHW rows of y, the chain on each row while it is in L1.
+  // NHWC block -> NCHW rows of y, in chunks of 64 pixels so the chunk's source lines (64 x K
+  // floats) stay in L1 while every channel reads its column out of them; then the chain on the
+  // block's rows of y (RB*Q*K floats, still in L2).
   const i64 PQ = g.P * g.Q;
-  for (i64 k = 0; k < K; ++k) {
-    float* dst = y + (n * K + k) * PQ + a;
-    const float* src = yt + k;
-    for (i64 pix = 0; pix < npix; ++pix) dst[pix] = src[pix * K];
-    for (i64 p = p0; p < p1; ++p) chain_run<Arch>(ch, y + (n * K + k) * PQ + p * g.Q, g.Q, n, k, p, 0, false);
+  for (i64 pb = 0; pb < npix; pb += 64) {
+    const i64 pe = std::min(npix, pb + 64);
+    for (i64 k = 0; k < K; ++k) {
+      float* dst = y + (n * K + k) * PQ + a;
+      const float* src = yt + k;
+      for (i64 pix = pb; pix < pe; ++pix) dst[pix] = src[pix * K];
+    }
   }
+  if (ch.n > 0)
+    for (i64 k = 0; k < K; ++k)
+      for (i64 p = p0; p < p1; ++p) chain_run<Arch>(ch, y + (n * K + k) * PQ + p * g.Q, g.Q, n, k, p, 0, false);
 }
 
 template <class Arch, int NV>
 void direct_run(const DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* y,
                 const Chain& ch, const DirectState* st, int threads) {
   const ConvGeom& g = pl.g;
-  const i64 nrb = (g.P + pl.RB - 1) / pl.RB, ntasks = g.N * nrb;
+  const i64 rows = g.N * g.P;  // output rows of all images, split evenly (to one row) over threads
+  // Rows [b, e) in blocks of at most RB rows that do not cross an image, equal-sized within
+  // each image's part of the range.
   const auto work = [&](i64 b, i64 e, float* ytile) {
-    for (i64 task = b; task < e; ++task) {
-      const i64 n = task / nrb, p0 = (task % nrb) * pl.RB, p1 = std::min(g.P, p0 + pl.RB);
-      float* yt = pl.ybuf ? ytile : y + (n * g.P + p0) * g.Q * g.K;
-      direct_block<Arch, NV>(pl, xp, wp, bias, yt, y, ch, n, p0, p1);
+    while (b < e) {
+      const i64 n = b / g.P, p0 = b % g.P, pe = std::min(g.P, p0 + (e - b));
+      const i64 nblk = (pe - p0 + pl.RB - 1) / pl.RB;
+      for (i64 j = 0; j < nblk; ++j) {
+        const i64 q0 = p0 + (pe - p0) * j / nblk, q1 = p0 + (pe - p0) * (j + 1) / nblk;
+        float* yt = pl.ybuf ? ytile : y + (n * g.P + q0) * g.Q * g.K;
+        direct_block<Arch, NV>(pl, xp, wp, bias, yt, y, ch, n, q0, q1);
+      }
+      b += pe - p0;
     }
   };
-  const int t = pl.ybuf ? std::min(team_size(threads), st->slots) : team_size(threads);
+  const int t =
+      static_cast<int>(std::min<i64>(pl.ybuf ? std::min(team_size(threads), st->slots) : team_size(threads), rows));
   float* tiles = pl.ybuf ? st->ytiles.data : nullptr;
-  if (t <= 1 || ntasks < 2) {
-    work(0, ntasks, tiles);
+  if (t <= 1) {
+    work(0, rows, tiles);
     return;
   }
 #pragma omp parallel num_threads(t)
   {
     const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const i64 chunk = (ntasks + nt - 1) / nt, b = id * chunk, e = std::min(ntasks, b + chunk);
+    const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
     if (b < e) work(b, e, tiles ? tiles + id * st->ytile_floats : nullptr);
   }
 }
@@ -517,7 +551,7 @@ void direct_execute(const KernelArgs& args, const DirectState* st) {
   if (st->packed) {
     wp = st->weights.data;
   } else {
-    pack_direct_weights(g, args.in[1]->data(), pl.KB, wsw);
+    pack_direct_weights(g, args.in[1]->data(), pl.KB, wsw, threads);
   }
   const float* bias = p.has_bias ? args.in[2]->data() : nullptr;
   for (i64 gi = 0; gi < g.G; ++gi)
@@ -849,7 +883,7 @@ Status ConvDirect::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
   const DirectPlan<Arch> pl = direct_plan<Arch>(desc);
   if (constants && constants[1]) {
     st->weights.resize(static_cast<std::size_t>(pl.wfloats));
-    pack_direct_weights(pl.g, constants[1]->data(), pl.KB, st->weights.data);
+    pack_direct_weights(pl.g, constants[1]->data(), pl.KB, st->weights.data, ctx.threads);
     st->packed = true;
   }
   if (pl.ybuf) {
