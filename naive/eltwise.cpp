@@ -33,20 +33,6 @@
 
 namespace opfuse::naive {
 
-namespace {
-
-// The BinaryKind of an add/sub/mul/div op.
-BinaryKind binary_kind_of(OpKind op) {
-  switch (op) {
-    case OpKind::sub: return BinaryKind::sub;
-    case OpKind::mul: return BinaryKind::mul;
-    case OpKind::div: return BinaryKind::div;
-    default: return BinaryKind::add;
-  }
-}
-
-}  // namespace
-
 void unary(const KernelArgs& args) {
   assert(args.desc && is_unary(args.desc->op));
   const UnaryParams& p = args.desc->p<UnaryParams>();

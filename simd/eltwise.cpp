@@ -207,15 +207,6 @@ void binary_pass(BinaryKind kind, const BroadcastPlan& plan, const float* a, con
   });
 }
 
-BinaryKind binary_kind_of(OpKind op) {
-  switch (op) {
-    case OpKind::sub: return BinaryKind::sub;
-    case OpKind::mul: return BinaryKind::mul;
-    case OpKind::div: return BinaryKind::div;
-    default: return BinaryKind::add;
-  }
-}
-
 // y = x * a[c] + b[c] over one plane of n elements (a, b splatted): NCHW. Stream: y is
 // batch-aligned, store non-temporally.
 template <bool Stream, class Arch>

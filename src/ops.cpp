@@ -52,6 +52,15 @@ std::optional<OpKind> op_from_name(std::string_view name) noexcept {
 bool is_unary(OpKind op) noexcept { return op >= OpKind::relu && op <= OpKind::hardswish; }
 bool is_binary(OpKind op) noexcept { return op >= OpKind::add && op <= OpKind::div; }
 
+BinaryKind binary_kind_of(OpKind op) noexcept {
+  switch (op) {
+    case OpKind::sub: return BinaryKind::sub;
+    case OpKind::mul: return BinaryKind::mul;
+    case OpKind::div: return BinaryKind::div;
+    default: return BinaryKind::add;
+  }
+}
+
 std::string_view act_name(ActKind kind) noexcept {
   switch (kind) {
     case ActKind::relu: return "relu";

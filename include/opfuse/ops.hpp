@@ -104,6 +104,8 @@ struct Activation {
 };
 
 enum class BinaryKind : std::uint8_t { add, sub, mul, div };
+// The BinaryKind an add/sub/mul/div op computes (add for any other op).
+BinaryKind binary_kind_of(OpKind op) noexcept;
 std::string_view binary_name(BinaryKind kind) noexcept;
 
 // One step of a post-op chain, applied to the op's output in order (like oneDNN post_ops).

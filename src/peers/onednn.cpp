@@ -700,15 +700,6 @@ BinPlan binary_plan(const OpDesc& d, const Shape& out) {
   return BinPlan::materialize;
 }
 
-BinaryKind binary_kind_of(OpKind op) {
-  switch (op) {
-    case OpKind::sub: return BinaryKind::sub;
-    case OpKind::mul: return BinaryKind::mul;
-    case OpKind::div: return BinaryKind::div;
-    default: return BinaryKind::add;
-  }
-}
-
 void build_binary(Pipeline& pl, const OpDesc& d, const std::vector<TensorDesc>& outs) {
   const int r = outs[0].shape.rank;
   const memory::desc a_md = md_of(d.inputs[0], r), b_md = md_of(d.inputs[1], r), y_md = md_of(outs[0]);
