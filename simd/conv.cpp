@@ -692,16 +692,7 @@ void gemm_execute(const KernelArgs& args, GemmState* st, float* ws) {
     }
   };
   const i64 panel_floats = C * PB;
-  if (t <= 1 || ntasks < 2) {
-    work(0, ntasks, st->panels.data);
-    return;
-  }
-#pragma omp parallel num_threads(t)
-  {
-    const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const i64 chunk = (ntasks + nt - 1) / nt, b = id * chunk, e = std::min(ntasks, b + chunk);
-    if (b < e) work(b, e, st->panels.data + id * panel_floats);
-  }
+  parallel_tid(ntasks, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->panels.data + id * panel_floats); });
 }
 
 // ---- depthwise ------------------------------------------------------------------------------------
@@ -796,16 +787,7 @@ void dw_nchw(const KernelArgs& args, DwState* st, const Chain& ch) {
   };
   const i64 ntasks = g.N * C;
   const int t = std::min(team_size(args.threads), st->slots);
-  if (t <= 1 || ntasks < 2) {
-    work(0, ntasks, st->planes.data);
-    return;
-  }
-#pragma omp parallel num_threads(t)
-  {
-    const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const i64 chunk = (ntasks + nt - 1) / nt, b = id * chunk, e = std::min(ntasks, b + chunk);
-    if (b < e) work(b, e, st->planes.data + id * st->plane_floats);
-  }
+  parallel_tid(ntasks, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * st->plane_floats); });
 }
 
 // w (C, 1, R, S) -> [R][S][C]: one vector of channels per tap.
