@@ -96,14 +96,7 @@ OpDesc inverted_residual(Shape x, std::int64_t t, std::int64_t cout, std::int64_
   InvertedResidualParams p;
   p.stride = stride;
   p.residual = stride == 1 && cout == x[1];
-  const std::int64_t ce = t * x[1];
-  OpDesc d{OpKind::inverted_residual, p, {td(x), td({ce, x[1], 1, 1})}};
-  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
-  d.inputs.push_back(td({ce, 1, 3, 3}));
-  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
-  d.inputs.push_back(td({cout, ce, 1, 1}));
-  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({cout}));
-  return d;
+  return inverted_residual_desc(td(x), t * x[1], cout, p);
 }
 
 OpDesc eltwise_chain(Shape x, std::vector<ChainStep> steps) {

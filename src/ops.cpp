@@ -130,6 +130,24 @@ OpParams default_params(OpKind op) {
   return UnaryParams{};
 }
 
+OpDesc inverted_residual_desc(const TensorDesc& x, std::int64_t ce, std::int64_t cout,
+                              const InvertedResidualParams& p) {
+  const std::int64_t cin = x.shape.rank >= 2 ? x.shape[1] : 1;
+  OpDesc d{OpKind::inverted_residual, p, {x}};
+  const auto vectors = [&](std::int64_t c) {  // batchnorm scale, bias, mean, var
+    for (int i = 0; i < 4; ++i) d.inputs.push_back({Shape{c}, Layout::nchw});
+  };
+  if (p.has_expand) {
+    d.inputs.push_back({Shape{ce, cin, 1, 1}, Layout::nchw});
+    vectors(ce);
+  }
+  d.inputs.push_back({Shape{ce, 1, 3, 3}, Layout::nchw});
+  vectors(ce);
+  d.inputs.push_back({Shape{cout, ce, 1, 1}, Layout::nchw});
+  vectors(cout);
+  return d;
+}
+
 static void append_post_op_names(std::vector<std::string>& names, const PostOps& post_ops) {
   for (std::size_t i = 0; i < post_ops.size(); ++i) {
     const PostOp& p = post_ops[i];

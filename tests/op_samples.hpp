@@ -107,13 +107,7 @@ inline OpDesc sample_desc(OpKind op) {
       // x (1,4,6,6), expand to 8 channels, depthwise 3x3 / 1, project back to 4, residual.
       InvertedResidualParams p;
       p.residual = true;
-      d.params = p;
-      d.inputs = {td({1, 4, 6, 6}), td({8, 4, 1, 1})};
-      for (int i = 0; i < 4; ++i) d.inputs.push_back(td({8}));
-      d.inputs.push_back(td({8, 1, 3, 3}));
-      for (int i = 0; i < 4; ++i) d.inputs.push_back(td({8}));
-      d.inputs.push_back(td({4, 8, 1, 1}));
-      for (int i = 0; i < 4; ++i) d.inputs.push_back(td({4}));
+      d = inverted_residual_desc(td({1, 4, 6, 6}), 8, 4, p);
       break;
     }
     case OpKind::eltwise_chain: {

@@ -542,16 +542,7 @@ OpDesc big_block(std::int64_t ce, std::int64_t cout) {
   InvertedResidualParams p;
   p.has_expand = ce != 1;
   const std::int64_t m = std::int64_t{1} << 30;
-  OpDesc d{OpKind::inverted_residual, p, {td({1, 1, m, m})}};
-  if (p.has_expand) {
-    d.inputs.push_back(td({ce, 1, 1, 1}));
-    for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
-  }
-  d.inputs.push_back(td({ce, 1, 3, 3}));
-  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
-  d.inputs.push_back(td({cout, ce, 1, 1}));
-  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({cout}));
-  return d;
+  return inverted_residual_desc(td({1, 1, m, m}), ce, cout, p);
 }
 
 TEST(SizeOverflow, InvertedResidualOutput) {
@@ -1035,11 +1026,7 @@ TEST(InvertedResidualErrors, NoExpansion) {
   auto no_expand = [](std::int64_t ce) {
     P p;
     p.has_expand = false;
-    OpDesc d{OpKind::inverted_residual, p, {td({1, 4, 6, 6}), td({ce, 1, 3, 3})}};
-    for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
-    d.inputs.push_back(td({4, ce, 1, 1}));
-    for (int i = 0; i < 4; ++i) d.inputs.push_back(td({4}));
-    return d;
+    return inverted_residual_desc(td({1, 4, 6, 6}), ce, 4, p);
   };
   EXPECT_TRUE(validate(no_expand(4))) << validate(no_expand(4)).to_string();
   EXPECT_REJECTED(no_expand(8));

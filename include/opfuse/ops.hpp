@@ -238,6 +238,11 @@ struct OpDesc {
   }
 };
 
+// The desc of an inverted_residual block on x with `ce` expanded and `cout` output channels:
+// the 16 (or, without expansion, 11) inputs in the documented order and shapes. Without
+// expansion ce must equal x's channels (validate() says so otherwise).
+OpDesc inverted_residual_desc(const TensorDesc& x, std::int64_t ce, std::int64_t cout, const InvertedResidualParams& p);
+
 // The parameter struct an op takes, default-initialized (UnaryParams get the op's activation).
 OpParams default_params(OpKind op);
 

@@ -578,16 +578,7 @@ OpDesc inverted_residual(std::int64_t n, std::int64_t cin, std::int64_t h, std::
   p.has_expand = expand;
   p.stride = stride;
   p.residual = residual;
-  OpDesc d{OpKind::inverted_residual, p, {td({n, cin, h, w}, l)}};
-  if (expand) {
-    d.inputs.push_back(td({ce, cin, 1, 1}));
-    for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
-  }
-  d.inputs.push_back(td({ce, 1, 3, 3}));
-  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({ce}));
-  d.inputs.push_back(td({cout, ce, 1, 1}));
-  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({cout}));
-  return d;
+  return inverted_residual_desc(td({n, cin, h, w}, l), ce, cout, p);
 }
 
 void inverted_residual_cases(Cases& c) {

@@ -463,15 +463,7 @@ void inverted_residual_case(std::vector<Case>& out, const IrSpec& s) {
   p.has_expand = s.expand;
   p.stride = s.stride;
   p.residual = s.residual;
-  OpDesc desc{OpKind::inverted_residual, p, {td({s.n, s.cin, 1, 1})}};
-  if (s.expand) {
-    desc.inputs.push_back(td({s.ce, s.cin, 1, 1}));
-    for (int i = 0; i < 4; ++i) desc.inputs.push_back(td({s.ce}));
-  }
-  desc.inputs.push_back(td({s.ce, 1, 3, 3}));
-  for (int i = 0; i < 4; ++i) desc.inputs.push_back(td({s.ce}));
-  desc.inputs.push_back(td({s.cout, s.ce, 1, 1}));
-  for (int i = 0; i < 4; ++i) desc.inputs.push_back(td({s.cout}));
+  OpDesc desc = inverted_residual_desc(td({s.n, s.cin, 1, 1}), s.ce, s.cout, p);
   out.push_back(make(std::move(desc), s.identity_bn ? "centre_tap_idbn" : "centre_tap",
                      "1x1 input: y = bn3(Wp relu6(bn2(wdw[1,1] relu6(bn1(We x))))) (+ x)", std::move(in), {y}));
 }
