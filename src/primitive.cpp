@@ -3,7 +3,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "opfuse/primitive.hpp"
 
@@ -52,6 +54,9 @@ struct Primitive::Impl {
   int threads = 1;
   std::vector<Tensor> constants;             // bound at prepare; empty Tensor for runtime inputs
   mutable std::vector<const Tensor*> bound;  // execute's input pointers (sized at prepare)
+  // Derived once at prepare so that execute's checks allocate nothing on the success path.
+  std::vector<std::string> in_names, out_names;
+  std::vector<std::vector<bool>> inplace;  // [output][input]: allows_inplace(desc, input, output)
 };
 
 const OpDesc& Primitive::desc() const noexcept { return impl_->desc; }
@@ -131,6 +136,12 @@ Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, co
     }
     impl->constants.resize(desc.inputs.size());
     impl->bound.resize(desc.inputs.size());
+    impl->in_names = names;
+    impl->out_names = output_names(desc);
+    impl->inplace.assign(impl->outputs.size(), std::vector<bool>(desc.inputs.size()));
+    for (std::size_t o = 0; o < impl->outputs.size(); ++o)
+      for (std::size_t i = 0; i < desc.inputs.size(); ++i)
+        impl->inplace[o][i] = allows_inplace(desc, static_cast<int>(i), static_cast<int>(o));
     std::vector<const Tensor*> const_ptrs;
     if (!constants.empty()) {
       const_ptrs.resize(constants.size());
@@ -184,15 +195,18 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
     if (out.size() != im.outputs.size())
       return op_error(StatusCode::invalid_argument, d,
                       fmt::format("expected {} output tensors, got {}", im.outputs.size(), out.size()));
-    const auto in_names = input_names(d);
-    const auto out_names = output_names(d);
-    auto check_tensor = [&](const Tensor* t, const TensorDesc& want, const std::string& label) -> Status {
-      if (!t) return op_error(StatusCode::invalid_argument, d, fmt::format("{} is a null pointer", label));
-      if (t->empty()) return op_error(StatusCode::invalid_argument, d, fmt::format("{} has no data", label));
+    const std::vector<std::string>& in_names = im.in_names;
+    const std::vector<std::string>& out_names = im.out_names;
+    // Labels are formatted only on the error path: execute allocates nothing when it succeeds.
+    auto check_tensor = [&](const Tensor* t, const TensorDesc& want, const char* kind,
+                            const std::string& name) -> Status {
+      if (!t) return op_error(StatusCode::invalid_argument, d, fmt::format("{} '{}' is a null pointer", kind, name));
+      if (t->empty()) return op_error(StatusCode::invalid_argument, d, fmt::format("{} '{}' has no data", kind, name));
       if (!(t->desc() == want))
-        return op_error(StatusCode::invalid_argument, d,
-                        fmt::format("{} is {} ({}) but the op was prepared for {} ({})", label, t->shape().str(),
-                                    to_string(t->layout()), want.shape.str(), to_string(want.layout)));
+        return op_error(
+            StatusCode::invalid_argument, d,
+            fmt::format("{} '{}' is {} ({}) but the op was prepared for {} ({})", kind, name, t->shape().str(),
+                        to_string(t->layout()), want.shape.str(), to_string(want.layout)));
       return Status::ok();
     };
     for (std::size_t i = 0; i < in.size(); ++i) {
@@ -206,25 +220,25 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
         im.bound[i] = &bound;
         continue;
       }
-      if (Status s = check_tensor(in[i], d.inputs[i], fmt::format("input '{}'", in_names[i])); !s) return s;
+      if (Status s = check_tensor(in[i], d.inputs[i], "input", in_names[i]); !s) return s;
       im.bound[i] = in[i];
     }
     for (std::size_t o = 0; o < out.size(); ++o) {
-      const std::string label = fmt::format("output '{}'", out_names[o]);
-      if (Status s = check_tensor(out[o], im.outputs[o], label); !s) return s;
+      if (Status s = check_tensor(out[o], im.outputs[o], "output", out_names[o]); !s) return s;
       if (out[o]->read_only())
-        return op_error(StatusCode::invalid_argument, d, fmt::format("{} is a read-only view", label));
+        return op_error(StatusCode::invalid_argument, d, fmt::format("output '{}' is a read-only view", out_names[o]));
       for (std::size_t p = 0; p < o; ++p)
         if (overlaps(*out[o], *out[p]))
-          return op_error(StatusCode::invalid_argument, d, fmt::format("{} overlaps output '{}'", label, out_names[p]));
+          return op_error(StatusCode::invalid_argument, d,
+                          fmt::format("output '{}' overlaps output '{}'", out_names[o], out_names[p]));
       for (std::size_t i = 0; i < in.size(); ++i) {
         const Tensor& src = *im.bound[i];
         if (!overlaps(*out[o], src)) continue;
         const bool same = out[o]->data() == src.data() && out[o]->desc() == src.desc();
-        if (!same || !allows_inplace(d, static_cast<int>(i), static_cast<int>(o)))
-          return op_error(
-              StatusCode::invalid_argument, d,
-              fmt::format("{} overlaps input '{}' and this op cannot run in place on it", label, in_names[i]));
+        if (!same || !im.inplace[o][i])
+          return op_error(StatusCode::invalid_argument, d,
+                          fmt::format("output '{}' overlaps input '{}' and this op cannot run in place on it",
+                                      out_names[o], in_names[i]));
       }
     }
     KernelArgs args;
