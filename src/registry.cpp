@@ -3,6 +3,7 @@
 // fused/ or cuda/). `opfuse ops`, `opfuse check`, the tests and opfuse-bench all read it.
 #include <array>
 
+#include "fused/fused.hpp"
 #include "naive/naive.hpp"
 #include "opfuse/registry.hpp"
 #include "simd/simd.hpp"
@@ -13,39 +14,29 @@ namespace {
 using K = OpKind;
 constexpr Impl N = Impl::naive;
 
-// One row per ISA for a simd functor F, best ISA first (see simd/simd.hpp).
-#define OPFUSE_SIMD_ROWS(op, base, F, summary, supports)                                                                 \
-  {op,       Impl::simd, base "__simd_avx512",                                                                           \
-   "avx512", summary,    supports,                                                                                       \
-   nullptr,  nullptr,    simd::run<simd::F, simd::avx512>},                                                              \
-      {op, Impl::simd, base "__simd_avx2", "avx2", summary, supports, nullptr, nullptr, simd::run<simd::F, simd::avx2>}, \
-  {                                                                                                                      \
-    op, Impl::simd, base "__simd_sse2", "sse2", summary, supports, nullptr, nullptr, simd::run<simd::F, simd::sse2>      \
+// One row per ISA for a functor F of a stage's namespace (simd or fused), best ISA first (see
+// simd/simd.hpp and fused/fused.hpp). Names: base "__<stage>_<isa>".
+#define OPFUSE_ISA_ROW(op, impl, ns, name, isa, Arch, F, summary, supports) \
+  { op, impl, name, isa, summary, supports, nullptr, nullptr, simd::run<ns::F, simd::Arch> }
+#define OPFUSE_ISA_ROW_PREPARED(op, impl, ns, name, isa, Arch, F, summary, supports) \
+  {                                                                                  \
+    op, impl, name, isa, summary, supports, simd::workspace_of<ns::F, simd::Arch>,   \
+        simd::prepare_of<ns::F, simd::Arch>, simd::run<ns::F, simd::Arch>            \
   }
+#define OPFUSE_ISA_ROWS(ROW, op, impl, ns, base, stage, F, summary, supports)           \
+  ROW(op, impl, ns, base "__" stage "_avx512", "avx512", avx512, F, summary, supports), \
+      ROW(op, impl, ns, base "__" stage "_avx2", "avx2", avx2, F, summary, supports),   \
+      ROW(op, impl, ns, base "__" stage "_sse2", "sse2", sse2, F, summary, supports)
+
+#define OPFUSE_SIMD_ROWS(op, base, F, summary, supports) \
+  OPFUSE_ISA_ROWS(OPFUSE_ISA_ROW, op, Impl::simd, simd, base, "simd", F, summary, supports)
 // The same for a functor with a workspace and a prepare step.
-#define OPFUSE_SIMD_ROWS_PREPARED(op, base, F, summary, supports)                                           \
-  {op,                                                                                                      \
-   Impl::simd,                                                                                              \
-   base "__simd_avx512",                                                                                    \
-   "avx512",                                                                                                \
-   summary,                                                                                                 \
-   supports,                                                                                                \
-   simd::workspace_of<simd::F, simd::avx512>,                                                               \
-   simd::prepare_of<simd::F, simd::avx512>,                                                                 \
-   simd::run<simd::F, simd::avx512>},                                                                       \
-      {op,                                                                                                  \
-       Impl::simd,                                                                                          \
-       base "__simd_avx2",                                                                                  \
-       "avx2",                                                                                              \
-       summary,                                                                                             \
-       supports,                                                                                            \
-       simd::workspace_of<simd::F, simd::avx2>,                                                             \
-       simd::prepare_of<simd::F, simd::avx2>,                                                               \
-       simd::run<simd::F, simd::avx2>},                                                                     \
-  {                                                                                                         \
-    op, Impl::simd, base "__simd_sse2", "sse2", summary, supports, simd::workspace_of<simd::F, simd::sse2>, \
-        simd::prepare_of<simd::F, simd::sse2>, simd::run<simd::F, simd::sse2>                               \
-  }
+#define OPFUSE_SIMD_ROWS_PREPARED(op, base, F, summary, supports) \
+  OPFUSE_ISA_ROWS(OPFUSE_ISA_ROW_PREPARED, op, Impl::simd, simd, base, "simd", F, summary, supports)
+#define OPFUSE_FUSED_ROWS(op, base, F, summary, supports) \
+  OPFUSE_ISA_ROWS(OPFUSE_ISA_ROW, op, Impl::fused, fused, base, "fused", F, summary, supports)
+#define OPFUSE_FUSED_ROWS_PREPARED(op, base, F, summary, supports) \
+  OPFUSE_ISA_ROWS(OPFUSE_ISA_ROW_PREPARED, op, Impl::fused, fused, base, "fused", F, summary, supports)
 
 // clang-format off
 const KernelDef kTable[] = {
@@ -76,10 +67,18 @@ const KernelDef kTable[] = {
   {K::eltwise_chain,     N, "eltwise_chain__naive",     "scalar", "one full pass over the tensor per step", nullptr, nullptr, nullptr, naive::eltwise_chain},
 
   // ---- simd stage: one .inc per family ---------------------------------------------------------
-#include "simd/rows/gemm.inc"
 #include "simd/rows/conv.inc"
 #include "simd/rows/eltwise.inc"
+#include "simd/rows/gemm.inc"
 #include "simd/rows/norm.inc"
+
+  // ---- fused stage: one .inc per family --------------------------------------------------------
+#include "fused/rows/attention.inc"
+#include "fused/rows/conv.inc"
+#include "fused/rows/eltwise.inc"
+#include "fused/rows/gemm.inc"
+#include "fused/rows/inverted_residual.inc"
+#include "fused/rows/norm.inc"
 };
 // clang-format on
 }  // namespace
