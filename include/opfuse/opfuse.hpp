@@ -2,6 +2,7 @@
 #pragma once
 
 #include "opfuse/context.hpp"
+#include "opfuse/explain.hpp"
 #include "opfuse/ops.hpp"
 #include "opfuse/primitive.hpp"
 #include "opfuse/registry.hpp"

@@ -3,6 +3,7 @@
 //   opfuse ops [--json]                 which kernel implements which op at which stage
 //   opfuse check [--stage S] [--op NAME] [--kernel NAME] [--seed N] [--case SUBSTR]
 //                [--threads N] [--list] [--verbose] [--json]
+//   opfuse explain OP [CASE] [--json]   the stages, kernels and modeled memory traffic of a case
 //   opfuse --version | --help
 //
 // Exit codes: 0 success, 1 a check failed, 2 bad usage (unknown op, stage or option).
@@ -17,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/cases.hpp"
 #include "check/check.hpp"
+#include "opfuse/explain.hpp"
 #include "opfuse/opfuse.hpp"
 #include "peers/peers.hpp"
 
@@ -144,6 +147,98 @@ int cmd_check(const CheckArgs& a) {
   return summary->failed > 0 ? kExitFailed : kExitOk;
 }
 
+// ---- opfuse explain -----------------------------------------------------------------------------
+
+// The benchmark's curated cases (bench/cases.cpp) are the cases `explain` knows by name.
+int cmd_explain(const std::string& op_arg, const std::string& case_arg, bool json) {
+  const auto op = opfuse::op_from_name(op_arg);
+  if (!op) return usage_error(fmt::format("unknown op '{}'", op_arg));
+  std::vector<opfuse::OpDesc> cases;
+  for (opfuse::OpDesc& d : opfuse::bench::bench_cases())
+    if (d.op == *op) cases.push_back(std::move(d));
+  const opfuse::OpDesc* desc = nullptr;
+  for (const opfuse::OpDesc& d : cases) {
+    const std::string name = opfuse::case_name(d);
+    if (case_arg.empty() || name == case_arg) {
+      desc = &d;
+      break;
+    }
+  }
+  if (!desc)
+    for (const opfuse::OpDesc& d : cases)
+      if (opfuse::case_name(d).find(case_arg) != std::string::npos) {
+        desc = &d;
+        break;
+      }
+  if (!desc) {
+    std::vector<std::string> names;
+    for (const opfuse::OpDesc& d : cases) names.push_back(opfuse::case_name(d));
+    return usage_error(fmt::format("no {} case matches '{}' (cases: {})", op_arg, case_arg, join(names, ", ")));
+  }
+  auto model = opfuse::fusion_model(*desc);
+  if (!model) {
+    std::fprintf(stderr, "opfuse: %s\n", model.status().message().c_str());
+    return kExitFailed;
+  }
+  const opfuse::OpCost cost = opfuse::op_cost(*desc);
+  // The kernel each stage would run on this case (no fallback: '-' where the stage has none).
+  std::vector<std::pair<std::string, const opfuse::KernelDef*>> chosen;
+  for (opfuse::Stage s : {opfuse::Stage::naive, opfuse::Stage::simd, opfuse::Stage::fused}) {
+    opfuse::Context ctx;
+    ctx.stage = s;
+    ctx.threads = 1;
+    ctx.fallback = false;
+    chosen.emplace_back(std::string(opfuse::stage_name(s)), opfuse::select_kernel(*desc, ctx));
+  }
+  const std::string cname = opfuse::case_name(*desc);
+  if (json) {
+    const auto steps = [](const std::vector<opfuse::TrafficStep>& v) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const opfuse::TrafficStep& t : v)
+        a.push_back(
+            {{"name", t.name}, {"read_bytes", t.read_bytes}, {"write_bytes", t.write_bytes}, {"detail", t.detail}});
+      return a;
+    };
+    nlohmann::json kj = nlohmann::json::object();
+    for (const auto& [stage, k] : chosen)
+      kj[stage] = k ? nlohmann::json{{"kernel", k->name}, {"summary", k->summary}} : nlohmann::json(nullptr);
+    const nlohmann::json j = {{"op", op_arg},
+                              {"case", cname},
+                              {"flops", cost.flops},
+                              {"kernels", kj},
+                              {"unfused", steps(model->unfused)},
+                              {"fused", steps(model->fused)},
+                              {"unfused_bytes", model->unfused_bytes()},
+                              {"fused_bytes", model->fused_bytes()},
+                              {"saved", model->saved()},
+                              {"unfused_intermediate_bytes", model->unfused_intermediate_bytes}};
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::string out = fmt::format("{} {}\n\nkernels (single thread, best ISA this CPU allows):\n", op_arg, cname);
+  for (const auto& [stage, k] : chosen)
+    out += k ? fmt::format("  {:<6} {}\n         {}\n", stage, k->name, k->summary)
+             : fmt::format("  {:<6} -  (no kernel of its own; a request falls back to the stage below)\n", stage);
+  const auto table = [&](const char* title, const std::vector<opfuse::TrafficStep>& v, double total) {
+    out += fmt::format("\n{}\n  {:<34} {:>10} {:>10}  {}\n", title, "step", "read MB", "write MB", "what stays where");
+    for (const opfuse::TrafficStep& t : v)
+      out +=
+          fmt::format("  {:<34} {:>10.2f} {:>10.2f}  {}\n", t.name, t.read_bytes / 1e6, t.write_bytes / 1e6, t.detail);
+    out += fmt::format("  {:<34} {:>21.2f}  (arithmetic intensity {:.2f} flop/byte)\n", "total", total / 1e6,
+                       total > 0 ? cost.flops / total : 0.0);
+  };
+  table("unfused sequence (naive and simd stages: one pass per step)", model->unfused, model->unfused_bytes());
+  table("fused pipeline (fused stage: one pass)", model->fused, model->fused_bytes());
+  out += fmt::format("\nmodeled traffic: {:.2f} MB unfused -> {:.2f} MB fused ({:.0f}% less)",
+                     model->unfused_bytes() / 1e6, model->fused_bytes() / 1e6, 100.0 * model->saved());
+  if (model->unfused_intermediate_bytes > 0)
+    out += fmt::format("; the unfused sequence also needs {:.2f} MB of intermediates",
+                       model->unfused_intermediate_bytes / 1e6);
+  out += "\n(compulsory traffic: every tensor a step touches counted once; cache re-reads not modeled)\n";
+  std::fputs(out.c_str(), stdout);
+  return kExitOk;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"opfuse - deep-learning inference operators in three stages (naive, simd, fused)", "opfuse"};
   app.set_version_flag("--version", std::string("opfuse ") + OPFUSE_VERSION);
@@ -167,6 +262,14 @@ int run(int argc, char** argv) {
   check->add_flag("--list", ca.list, "List the matching case names without running them");
   check->add_flag("-v,--verbose", ca.verbose, "Print every case with its outcome");
 
+  std::string explain_op, explain_case;
+  bool explain_json = false;
+  CLI::App* explain = app.add_subcommand(
+      "explain", "The stages, kernels and modeled memory traffic (unfused vs fused) of one benchmark case");
+  explain->add_option("op", explain_op, "Op name (e.g. conv2d)")->required();
+  explain->add_option("case", explain_case, "Case name or substring (default: the op's first benchmark case)");
+  explain->add_flag("--json", explain_json, "Print the model as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -181,6 +284,7 @@ int run(int argc, char** argv) {
   }
   if (ops->parsed()) return cmd_ops(ops_json);
   if (check->parsed()) return cmd_check(ca);
+  if (explain->parsed()) return cmd_explain(explain_op, explain_case, explain_json);
   return usage_error("no command given (try --help)");
 }
 

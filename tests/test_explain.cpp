@@ -1,0 +1,88 @@
+// tests/test_explain.cpp - the bytes-moved model (opfuse/explain.hpp) against traffic counted
+// by hand from the shapes: each expected figure below is written out from the op's definition
+// (which tensors each pass reads and writes), not from the model's code.
+#include <gtest/gtest.h>
+
+#include "opfuse/explain.hpp"
+
+namespace opfuse {
+namespace {
+
+TensorDesc td(Shape s) { return {s, Layout::nchw}; }
+
+TEST(Explain, EltwiseChainFourStepsSavesSixtyPercent) {
+  // y = relu(gelu(x + a) * b) over n floats: unfused passes move
+  // (x, a -> y) + (y -> y) + (y, b -> y) + (y -> y) = 3n + 2n + 3n + 2n = 10n floats;
+  // fused: x, a, b read once, y written once = 4n floats.
+  const std::int64_t n = 1000;
+  OpDesc d{
+      OpKind::eltwise_chain,
+      ChainParams{{ChainStep::binary_step(BinaryKind::add), ChainStep::unary_step(Activation::of(ActKind::gelu_erf)),
+                   ChainStep::binary_step(BinaryKind::mul), ChainStep::unary_step(Activation::relu())}},
+      {td({n}), td({n}), td({n})}};
+  auto m = fusion_model(d);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_DOUBLE_EQ(m->unfused_bytes(), 4.0 * 10 * n);
+  EXPECT_DOUBLE_EQ(m->fused_bytes(), 4.0 * 4 * n);
+  EXPECT_NEAR(m->saved(), 0.6, 1e-12);
+  EXPECT_EQ(m->unfused.size(), 4u);
+}
+
+TEST(Explain, ConvWithBnAddReluCountsEveryPass) {
+  // 1x1 conv 8 -> 4 channels on 5x5: x = 200, w = 32, y = 100 floats; BN vectors 4 x 4.
+  Conv2dParams p;
+  p.post_ops = {PostOp::batchnorm(), PostOp::add(), PostOp::activation(Activation::relu())};
+  OpDesc d{OpKind::conv2d, p, {td({1, 8, 5, 5}), td({4, 8, 1, 1})}};
+  for (int i = 0; i < 4; ++i) d.inputs.push_back(td({4}));
+  d.inputs.push_back(td({1, 4, 5, 5}));
+  auto m = fusion_model(d);
+  ASSERT_TRUE(m) << m.status().message();
+  // conv (200 + 32 -> 100) + bn (100 + 16 -> 100) + add (100 + 100 -> 100) + relu (100 -> 100)
+  EXPECT_DOUBLE_EQ(m->unfused_bytes(), 4.0 * ((232 + 100) + (116 + 100) + (200 + 100) + (100 + 100)));
+  // fused: x, w, the residual read once, BN folded into w at prepare, y written once.
+  EXPECT_DOUBLE_EQ(m->fused_bytes(), 4.0 * (232 + 100 + 100));
+}
+
+TEST(Explain, LayernormResidualUnfusedWritesTheSum) {
+  NormParams p;
+  p.has_residual = true;
+  const std::int64_t rows = 16, c = 64, n = rows * c;
+  OpDesc d{OpKind::layernorm, p, {td({rows, c}), td({c}), td({c}), td({rows, c})}};
+  auto m = fusion_model(d);
+  ASSERT_TRUE(m) << m.status().message();
+  // add pass (x, r -> s) + layernorm (s, scale, bias -> y) vs fused (x, r, scale, bias -> y).
+  EXPECT_DOUBLE_EQ(m->unfused_bytes(), 4.0 * (3 * n + (n + 2 * c + n)));
+  EXPECT_DOUBLE_EQ(m->fused_bytes(), 4.0 * (2 * n + 2 * c + n));
+  EXPECT_DOUBLE_EQ(m->unfused_intermediate_bytes, 4.0 * n);
+}
+
+TEST(Explain, AttentionScoreMatrixIsTheIntermediate) {
+  const std::int64_t b = 1, h = 2, s = 32, dh = 8;
+  OpDesc d{OpKind::attention, AttentionParams{}, {td({b, h, s, dh}), td({b, h, s, dh}), td({b, h, s, dh})}};
+  auto m = fusion_model(d);
+  ASSERT_TRUE(m) << m.status().message();
+  const double qkv = 4.0 * b * h * s * dh, scores = 4.0 * b * h * s * s;
+  EXPECT_DOUBLE_EQ(m->unfused_intermediate_bytes, scores);
+  // QK^T (q, k -> S) + softmax (S -> P) + PV (P, v -> o)
+  EXPECT_DOUBLE_EQ(m->unfused_bytes(), (2 * qkv + scores) + 2 * scores + (scores + qkv + qkv));
+  EXPECT_DOUBLE_EQ(m->fused_bytes(), 4 * qkv);
+}
+
+TEST(Explain, NothingToFuseMeansNothingSaved) {
+  OpDesc d{OpKind::relu, UnaryParams{Activation::relu()}, {td({1, 3, 4, 4})}};
+  auto m = fusion_model(d);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_DOUBLE_EQ(m->saved(), 0.0);
+  EXPECT_DOUBLE_EQ(m->fused_bytes(), 4.0 * 2 * 48);
+}
+
+TEST(Explain, InvalidDescIsAnErrorNotACrash) {
+  OpDesc d{OpKind::gemm, GemmParams{}, {td({4, 5}), td({6, 7})}};
+  auto m = fusion_model(d);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.status().code(), StatusCode::invalid_argument);
+  EXPECT_NE(m.status().message().find("gemm"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace opfuse
