@@ -1,21 +1,34 @@
-// simd/attention.cpp - scaled dot-product attention, unfused, vectorized.
+// simd/attention.cpp - scaled dot-product attention, unfused: QK^T GEMM -> scaled, masked
+// softmax -> times V, each a separate pass over a materialized score matrix.
 //
 // naive: per (b, h) the whole Sq x Skv score matrix in the workspace, double-precision dot
 //        products one element at a time, three softmax passes, then P V (naive/attention.cpp).
-// simd:  work items are (b, h, block of 4 query rows), split across OpenMP threads; each thread
-//        owns a 4 x Skv score block in the prepared state (allocated at prepare, per thread).
-//        S = Q K^T: each key row k_j is loaded once per block and FMA'd against the 4 query
-//          rows over D (4 vector accumulators, horizontal add at the end, scalar D tail).
-//        Softmax per query row: scale and mask in one vector pass that also finds the max and
-//          any NaN, exp(s - max) in a second pass with the sum; 1/sum is applied to O at the end
-//          instead of in a third pass over P.
-//        O = P V: axpy of V rows into up to 4 vector accumulators per Dv chunk.
-//        Rules as in naive: causally hidden keys are never read, a query with no visible key
-//        (or only -inf scores) gets 0, a NaN score makes its query row NaN.
-// fused: flash attention - K/V streamed in blocks, running max / sum / O kept in registers,
-//        the score matrix never written to memory.
-// GCC 12's AVX-512 headers build min/max/roundscale from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized flags at every inlining site (GCC bug 105593, fixed in GCC 13).
+// simd:  the same three steps, each at vector speed, with the two products on the packed GEMM
+//        of simd/gemm_kernel.hpp (sgemm<Arch>, the BLIS loops and micro-kernels of gemm.cpp):
+//          S = scale * Q K^T   sgemm (m = Sq, n = Skv, k = D, K read transposed, alpha = scale)
+//                              into the thread's Sq x Skv score matrix (prepared state)
+//          P = softmax(S + M)  one vector pass adds the mask and finds the row max and any
+//                              NaN, a second writes exp(s - max) (vmath::exp) and sums it
+//          O = P V             sgemm (m = Sq, n = Dv, k = Skv) straight into o, then each
+//                              row of O is scaled by 1 / sum (Dv multiplies instead of Skv)
+//        Work items are heads (b, h) split across the threads; with fewer heads than threads a
+//        head's query rows are split too, each part with its own slice of scores.
+//        Causal: queries are taken in bands of kBand rows. A band's QK^T GEMM stops at the last
+//        key its last query sees (the scores above the diagonal are never computed: half the
+//        QK^T work of a square causal problem). Its PV GEMM covers only the keys its FIRST
+//        query sees - visible to every row of the band - and each row adds its remaining
+//        visible keys (the band's triangle) with vector axpys. So a hidden V row is never
+//        read: a GEMM over the band's whole visible range would multiply the rows' zero
+//        weights into it, and 0 * NaN is NaN.
+//        Rules as in naive: a query with no visible key (or only -inf scores) gets 0, a NaN
+//        score makes its query row NaN.
+//        Measured (t1, medians of 3, bench/cases.cpp shapes; see the report for the run):
+//        b1_h12_s128_d64 and b1_h12_s512_d64 - see "measured" at the end of this comment.
+// fused: flash attention (fused/attention.cpp) - K/V streamed in tiles, running max / sum and
+//        the O tile kept in L1, the score matrix never written to memory.
+//
+// measured (opfuse-bench, t1, medians of 3, one run, 2-core Zen 5):
+//   attention/simd vs attention/onednn: s128 MEASURE_S128, s512 MEASURE_S512.
 
 #include <cassert>
 #include <cmath>
@@ -25,6 +38,7 @@
 #include <memory>
 
 #include "simd/common.hpp"
+#include "simd/gemm_kernel.hpp"
 #include "simd/vmath.hpp"
 
 namespace opfuse::simd {
@@ -33,74 +47,84 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr std::int64_t kRows = 4;  // query rows per work item
+// Causal query band: the GEMMs of a band stop at its visible keys, so a smaller band skips
+// more of the hidden triangle but packs the keys once per band (pack cost / GEMM cost ~ 1 / band).
+constexpr std::int64_t kBand = 64;
 
 std::int64_t round16(std::int64_t n) { return (n + 15) / 16 * 16; }
 
-// Dot products of 4 query rows q[r] (D) with keys [0, nk) of k (rows ks apart): s[r * ld + j].
-template <class Arch>
-void qk_block(const float* const q[kRows], const float* k, std::int64_t ks, std::int64_t D, std::int64_t nk, float* s,
-              std::int64_t ld) {
-  using B = fbatch<Arch>;
-  constexpr std::int64_t W = B::size;
-  for (std::int64_t j = 0; j < nk; ++j) {
-    const float* kj = k + j * ks;
-    B a0(0.f), a1(0.f), a2(0.f), a3(0.f);
-    std::int64_t d = 0;
-    for (; d + W <= D; d += W) {
-      const B kv = B::load_unaligned(kj + d);
-      a0 = xsimd::fma(B::load_unaligned(q[0] + d), kv, a0);
-      a1 = xsimd::fma(B::load_unaligned(q[1] + d), kv, a1);
-      a2 = xsimd::fma(B::load_unaligned(q[2] + d), kv, a2);
-      a3 = xsimd::fma(B::load_unaligned(q[3] + d), kv, a3);
-    }
-    float t0 = xsimd::hadd(a0), t1 = xsimd::hadd(a1), t2 = xsimd::hadd(a2), t3 = xsimd::hadd(a3);
-    for (; d < D; ++d) {  // scalar D tail
-      t0 += q[0][d] * kj[d];
-      t1 += q[1][d] * kj[d];
-      t2 += q[2][d] * kj[d];
-      t3 += q[3][d] * kj[d];
-    }
-    s[j] = t0;
-    s[ld + j] = t1;
-    s[2 * ld + j] = t2;
-    s[3 * ld + j] = t3;
-  }
+// a * b, or -1 when it overflows int64 or is negative.
+std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return -1;
+  return r;
 }
 
-// One query row: s (n scores, raw dots) -> scale, mask, softmax weights (unnormalized) and
-// o (Dv) = sum_j p_j v_j. m is the mask row (step mj) or null; v rows are vs apart.
+// The per-thread scratch: the score rows, the per-row 1 / sum (or kZeroRow / kNanRow for a
+// row that gets no softmax) and the sgemm workspace.
+struct Layout {
+  std::int64_t ld = 0;      // score row step, floats
+  std::int64_t scores = 0;  // rows * ld
+  std::int64_t rows = 0;    // most query rows one work item holds
+  std::int64_t gemm = 0;    // sgemm workspace floats
+  std::int64_t total = 0;   // floats per thread, a multiple of 16; -1 when it overflows
+};
+
 template <class Arch>
-void softmax_pv(float* s, std::int64_t n, float scale, const float* m, std::int64_t mj, const float* v, std::int64_t vs,
-                std::int64_t Dv, float* o) {
+Layout layout_of(const OpDesc& desc) {
+  const std::int64_t Sq = desc.inputs[0].shape[2], D = desc.inputs[0].shape[3];
+  const std::int64_t Skv = desc.inputs[1].shape[2], Dv = desc.inputs[2].shape[3];
+  Layout l;
+  l.ld = round16(Skv);
+  l.rows = Sq;  // one thread may hold a whole head (threads <= heads, or a single thread)
+  l.scores = checked_mul(l.rows, l.ld);
+  const std::int64_t m = Sq > 0 ? Sq : 1;
+  const auto qk = static_cast<std::int64_t>(sgemm_workspace<Arch>(m, Skv > 0 ? Skv : 1, D > 0 ? D : 1, 1));
+  const auto pv = static_cast<std::int64_t>(sgemm_workspace<Arch>(m, Dv > 0 ? Dv : 1, Skv > 0 ? Skv : 1, 1));
+  l.gemm = round16(qk > pv ? qk : pv);
+  if (l.scores < 0 || l.scores > std::numeric_limits<std::int64_t>::max() / 8) {
+    l.total = -1;
+    return l;
+  }
+  l.total = l.scores + round16(l.rows) + l.gemm;
+  return l;
+}
+
+// What softmax_row returns for a row that gets no softmax (1 / sum is positive or NaN).
+constexpr float kZeroRow = -1.f;  // nothing visible (or only -inf scores): o row = 0
+constexpr float kNanRow = -2.f;   // a NaN score: o row = NaN
+
+// Softmax of one score row s (n visible scores, already scaled) with the mask row m (step mj,
+// or null): s_j = exp(s_j + m_j - max), unnormalized. Returns 1 / sum, or kZeroRow / kNanRow.
+template <class Arch>
+float softmax_row(float* s, std::int64_t n, const float* m, std::int64_t mj) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
-  // Scale + mask, stored back; the max of the stored scores and any NaN.
-  const B vscale(scale);
+  // Mask added and stored back; the max of the stored scores and any NaN.
   B vmax(-kInf);
   auto nan = vmax != vmax;
   std::int64_t j = 0;
   for (; j + W <= n; j += W) {
-    B z = B::load_unaligned(s + j) * vscale;
-    if (m) z += load_strided<Arch>(m + j * mj, mj);
-    z.store_unaligned(s + j);
+    B z = B::load_unaligned(s + j);
+    if (m) {
+      z += load_strided<Arch>(m + j * mj, mj);
+      z.store_unaligned(s + j);
+    }
     nan = nan | (z != z);
     vmax = xsimd::max(vmax, z);
   }
   float mx = hmax<Arch>(vmax);
   bool has_nan = xsimd::any(nan);
   for (; j < n; ++j) {  // scalar tail
-    const float z = scale * s[j] + (m ? m[j * mj] : 0.f);
+    const float z = s[j] + (m ? m[j * mj] : 0.f);
     s[j] = z;
     if (std::isnan(z)) has_nan = true;
     if (z > mx) mx = z;
   }
-  if (has_nan || mx == -kInf) {  // NaN row -> NaN; nothing visible -> 0
-    const float fill = has_nan ? kNaN : 0.f;
-    for (std::int64_t e = 0; e < Dv; ++e) o[e] = fill;
-    return;
-  }
-  // p_j = exp(s_j - max), unnormalized, and their sum.
+  if (has_nan) return kNanRow;
+  if (mx == -kInf) return kZeroRow;
+  // p_j = exp(s_j - max) and their sum. max may be +inf (an overflowed score): then the row
+  // turns NaN through inf - inf, as in naive.
   const B vm(mx);
   B vsum(0.f);
   for (j = 0; j + W <= n; j += W) {
@@ -114,54 +138,72 @@ void softmax_pv(float* s, std::int64_t n, float scale, const float* m, std::int6
     s[j] = e;
     sum += e;
   }
-  const float inv = 1.f / sum;
-  const B vinv(inv);
-  // o = (sum_j p_j v_j) / sum: chunks of 4 vectors, then 1 vector, then scalar columns.
+  return 1.f / sum;  // NaN when max was +inf: the row turns NaN, as in naive
+}
+
+// o (Dv) += sum over keys j in [0, n) of p_j v_j (v rows vs apart).
+template <class Arch>
+void axpy_rows(const float* p, std::int64_t n, const float* v, std::int64_t vs, std::int64_t Dv, float* o) {
+  using B = fbatch<Arch>;
+  constexpr std::int64_t W = B::size;
   std::int64_t c = 0;
-  for (; c + 4 * W <= Dv; c += 4 * W) {
-    B a0(0.f), a1(0.f), a2(0.f), a3(0.f);
-    for (j = 0; j < n; ++j) {
-      const B pj(s[j]);
-      const float* vj = v + j * vs + c;
-      a0 = xsimd::fma(pj, B::load_unaligned(vj), a0);
-      a1 = xsimd::fma(pj, B::load_unaligned(vj + W), a1);
-      a2 = xsimd::fma(pj, B::load_unaligned(vj + 2 * W), a2);
-      a3 = xsimd::fma(pj, B::load_unaligned(vj + 3 * W), a3);
+  for (; c + 2 * W <= Dv; c += 2 * W) {
+    B a0 = B::load_unaligned(o + c), a1 = B::load_unaligned(o + c + W);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const B pj(p[j]);
+      a0 = xsimd::fma(pj, B::load_unaligned(v + j * vs + c), a0);
+      a1 = xsimd::fma(pj, B::load_unaligned(v + j * vs + c + W), a1);
     }
-    (a0 * vinv).store_unaligned(o + c);
-    (a1 * vinv).store_unaligned(o + c + W);
-    (a2 * vinv).store_unaligned(o + c + 2 * W);
-    (a3 * vinv).store_unaligned(o + c + 3 * W);
+    a0.store_unaligned(o + c);
+    a1.store_unaligned(o + c + W);
   }
   for (; c + W <= Dv; c += W) {
-    B a0(0.f);
-    for (j = 0; j < n; ++j) a0 = xsimd::fma(B(s[j]), B::load_unaligned(v + j * vs + c), a0);
-    (a0 * vinv).store_unaligned(o + c);
+    B a0 = B::load_unaligned(o + c);
+    for (std::int64_t j = 0; j < n; ++j) a0 = xsimd::fma(B(p[j]), B::load_unaligned(v + j * vs + c), a0);
+    a0.store_unaligned(o + c);
   }
   for (; c < Dv; ++c) {  // scalar tail columns
-    float a = 0.f;
-    for (j = 0; j < n; ++j) a += s[j] * v[j * vs + c];
-    o[c] = a * inv;
+    float a = o[c];
+    for (std::int64_t j = 0; j < n; ++j) a += p[j] * v[j * vs + c];
+    o[c] = a;
   }
+}
+
+// o (Dv) *= f, or o = fill.
+template <class Arch>
+void finish_row(float* o, std::int64_t Dv, float f, bool fill) {
+  using B = fbatch<Arch>;
+  constexpr std::int64_t W = B::size;
+  std::int64_t c = 0;
+  if (fill) {
+    for (; c < Dv; ++c) o[c] = f;
+    return;
+  }
+  const B vf(f);
+  for (; c + W <= Dv; c += W) (B::load_unaligned(o + c) * vf).store_unaligned(o + c);
+  for (; c < Dv; ++c) o[c] *= f;
 }
 
 }  // namespace
 
 template <class Arch>
 std::size_t Attention::workspace(Arch, const OpDesc&) {
-  return 0;  // the score blocks are per thread, so they live in the prepared state
+  return 0;  // the score matrices are per thread, so they live in the prepared state
 }
 
 template <class Arch>
 Status Attention::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const*,
                           std::shared_ptr<void>& state) {
-  const std::int64_t Skv = desc.inputs[1].shape[2];
+  const Layout l = layout_of<Arch>(desc);
   auto s = std::make_shared<Scratch>();
   s->threads = ctx.threads > 0 ? ctx.threads : 1;
-  s->per_thread = static_cast<std::size_t>(kRows * round16(Skv));
+  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 4 / s->threads;
+  if (l.total < 0 || l.total > limit)
+    return {StatusCode::out_of_memory, "attention: the score matrix does not fit in memory"};
+  s->per_thread = static_cast<std::size_t>(l.total);
   s->data =
       static_cast<float*>(std::aligned_alloc(64, s->per_thread * sizeof(float) * static_cast<std::size_t>(s->threads)));
-  if (!s->data) return {StatusCode::out_of_memory, "attention: cannot allocate the score blocks"};
+  if (!s->data) return {StatusCode::out_of_memory, "attention: cannot allocate the score matrices"};
   state = std::move(s);
   return Status::ok();
 }
@@ -177,6 +219,7 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
   const std::int64_t B = q.dim(0), H = q.dim(1), Sq = q.dim(2), D = q.dim(3);
   const std::int64_t Skv = k.dim(2), Dv = v.dim(3);
   const auto qs = q.strides(), ks = k.strides(), vs = v.strides(), os = o.strides();
+  assert(qs[3] == 1 && ks[3] == 1 && vs[3] == 1 && os[3] == 1);  // attention_supports
   const auto ms = mask ? broadcast_strides(mask->desc(), Shape{B, H, Sq, Skv}) : decltype(qs){};
   const float* qp = q.data();
   const float* kp = k.data();
@@ -186,7 +229,8 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
   const float scale = p.scale != 0.f ? p.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const auto* scratch = static_cast<const Scratch*>(args.state);
   const int threads = args.threads < scratch->threads ? args.threads : scratch->threads;
-  const std::int64_t ld = round16(Skv);
+  const Layout lay = layout_of<Arch>(*args.desc);
+  if (Sq <= 0 || B * H <= 0) return;
 
   // Keys [0, visible(i)) are the ones query i sees (bottom-right aligned causal rule).
   auto visible = [&](std::int64_t i) -> std::int64_t {
@@ -195,29 +239,80 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
     return last < 0 ? 0 : (last + 1 < Skv ? last + 1 : Skv);
   };
 
-  const std::int64_t blocks = (Sq + kRows - 1) / kRows;
-  parallel_tid(B * H * blocks, threads, 1, [&](int tid, std::int64_t b, std::int64_t e) {
-    float* sc = scratch->of(tid);
+  // Work items: (head, part of its query rows); a head is split only when heads < threads.
+  const std::int64_t heads = B * H;
+  std::int64_t parts = heads >= threads ? 1 : (threads + heads - 1) / heads;
+  if (parts > Sq) parts = Sq;
+  const std::int64_t part_rows = (Sq + parts - 1) / parts;
+  const std::int64_t band = p.causal ? kBand : Sq;
+
+  parallel_tid(heads * parts, threads, 1, [&](int tid, std::int64_t b, std::int64_t e) {
+    float* const sc = scratch->of(tid);
+    float* const row_f = sc + lay.scores;  // per row: 1 / sum, kZeroRow or kNanRow
+    float* const gws = row_f + round16(lay.rows);
     for (std::int64_t item = b; item < e; ++item) {
-      const std::int64_t bh = item / blocks, i0 = item % blocks * kRows;
+      const std::int64_t bh = item / parts, r0 = item % parts * part_rows;
+      const std::int64_t r1 = r0 + part_rows < Sq ? r0 + part_rows : Sq;
+      if (r0 >= r1) continue;
       const std::int64_t bb = bh / H, hh = bh % H;
-      const std::int64_t rows = Sq - i0 < kRows ? Sq - i0 : kRows;
       const float* qh = qp + bb * qs[0] + hh * qs[1];
       const float* kh = kp + bb * ks[0] + hh * ks[1];
       const float* vh = vp + bb * vs[0] + hh * vs[1];
       const float* mh = mp ? mp + bb * ms[0] + hh * ms[1] : nullptr;
       float* oh = op + bb * os[0] + hh * os[1];
-      // Rows past Sq repeat the last real row; their scores are computed and ignored.
-      const float* qr[kRows];
-      for (std::int64_t r = 0; r < kRows; ++r) qr[r] = qh + (i0 + (r < rows ? r : rows - 1)) * qs[2];
-      // The causal visible range grows with i: the block's last row sees the most keys. Keys a
-      // row does not see are scored for the block but never used by that row.
-      const std::int64_t nk = visible(i0 + rows - 1);
-      qk_block<Arch>(qr, kh, ks[2], D, nk, sc, ld);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t i = i0 + r;
-        softmax_pv<Arch>(sc + r * ld, visible(i), scale, mh ? mh + i * ms[2] : nullptr, ms[3], vh, vs[2], Dv,
-                         oh + i * os[2]);
+
+      // 1. S = scale * Q K^T over each band's visible keys (all keys without causal).
+      for (std::int64_t i0 = r0; i0 < r1; i0 += band) {
+        const std::int64_t i1 = i0 + band < r1 ? i0 + band : r1;
+        SgemmArgs g;
+        g.m = i1 - i0;
+        g.n = visible(i1 - 1);
+        g.k = D;
+        g.alpha = scale;
+        g.a = qh + i0 * qs[2];
+        g.lda = qs[2];
+        g.b = kh;
+        g.ldb = ks[2];
+        g.trans_b = true;
+        g.c = sc + (i0 - r0) * lay.ld;
+        g.ldc = lay.ld;
+        g.workspace = gws;
+        g.threads = 1;
+        sgemm<Arch>(g);
+      }
+      // 2. P = exp(S + mask - rowmax) in place, 1 / rowsum aside.
+      for (std::int64_t i = r0; i < r1; ++i)
+        row_f[i - r0] = softmax_row<Arch>(sc + (i - r0) * lay.ld, visible(i), mh ? mh + i * ms[2] : nullptr, ms[3]);
+      // 3. O = P V: each band's GEMM over the keys all its rows see, then each row's triangle
+      //    of further visible keys, then 1 / sum.
+      for (std::int64_t i0 = r0; i0 < r1; i0 += band) {
+        const std::int64_t i1 = i0 + band < r1 ? i0 + band : r1;
+        const std::int64_t common = visible(i0);
+        SgemmArgs g;
+        g.m = i1 - i0;
+        g.n = Dv;
+        g.k = common;
+        g.a = sc + (i0 - r0) * lay.ld;
+        g.lda = lay.ld;
+        g.b = vh;
+        g.ldb = vs[2];
+        g.c = oh + i0 * os[2];
+        g.ldc = os[2];
+        g.workspace = gws;
+        g.threads = 1;
+        sgemm<Arch>(g);  // k = 0 (no common key) writes zeros
+        for (std::int64_t i = i0; i < i1; ++i) {
+          float* orow = oh + i * os[2];
+          const float f = row_f[i - r0];
+          if (f == kZeroRow || f == kNanRow) {  // its P row was never written: overwrite o
+            finish_row<Arch>(orow, Dv, f == kNanRow ? kNaN : 0.f, true);
+            continue;
+          }
+          const std::int64_t n = visible(i);
+          if (n > common)
+            axpy_rows<Arch>(sc + (i - r0) * lay.ld + common, n - common, vh + common * vs[2], vs[2], Dv, orow);
+          finish_row<Arch>(orow, Dv, f, false);
+        }
       }
     }
   });
