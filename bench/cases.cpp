@@ -1,9 +1,11 @@
 // bench/cases.cpp - the curated benchmark problems (see cases.hpp).
 //
-// Sizes: compute-bound ops use real layers (a 1024^3 GEMM, BERT-base FFN, ResNet-50 and
-// MobileNetV2 convolutions); memory-bound ops use activations of a few MB (ResNet's
-// 64x112x112 map is 3.2 MB), big enough to leave L2 and small enough for the naive stage to
-// finish in well under a second per iteration.
+// Sizes: compute-bound ops use the layers that dominate real models (a 1024^3 GEMM, the
+// BERT-base encoder layer at 128 and 512 tokens, ResNet-50's stem and its 3x3 / 1x1 convolutions
+// per stage, MobileNetV2's depthwise layers and blocks); memory-bound ops use activations of a
+// few MB (ResNet's 64x112x112 map is 3.2 MB: it fits in the last-level cache) and 64 MiB
+// tensors that do not (DRAM bandwidth is their roof). The naive stage runs every case; the
+// slowest (attention at 2048 tokens, several seconds) runs one iteration.
 #include "cases.hpp"
 
 #include <utility>
@@ -107,6 +109,12 @@ OpDesc eltwise_chain(Shape x, std::vector<ChainStep> steps) {
   return d;
 }
 
+// Bias add, GELU, scale, ReLU: a transformer-style epilogue as a standalone chain.
+std::vector<ChainStep> bias_gelu_scale_relu() {
+  return {ChainStep::binary_step(BinaryKind::add), ChainStep::unary_step(Activation::of(ActKind::gelu_erf)),
+          ChainStep::binary_step(BinaryKind::mul), ChainStep::unary_step(Activation::relu())};
+}
+
 }  // namespace
 
 std::vector<OpDesc> bench_cases() {
@@ -118,10 +126,17 @@ std::vector<OpDesc> bench_cases() {
   const Shape act{1, 64, 112, 112};
   std::vector<OpDesc> c;
 
-  // gemm: the square reference point, and BERT-base's FFN pair at sequence length 128.
+  // gemm: the square reference point; the BERT-base encoder layer's projections at 128 tokens
+  // (fused QKV, attention output, FFN up + GELU, FFN down) and 512 tokens (QKV, FFN up); and
+  // ResNet-50's classifier, a matrix-vector product (M = 1) that is bound by reading the weights.
   c.push_back(gemm(1024, 1024, 1024, false));
   c.push_back(gemm(128, 3072, 768, true, {gelu}));  // FFN up-projection + bias + GELU
   c.push_back(gemm(128, 768, 3072, true));          // FFN down-projection + bias
+  c.push_back(gemm(128, 2304, 768, true));          // Q, K and V projections in one GEMM
+  c.push_back(gemm(128, 768, 768, true));           // attention output projection
+  c.push_back(gemm(512, 3072, 768, true, {gelu}));
+  c.push_back(gemm(512, 2304, 768, true));
+  c.push_back(gemm(1, 1000, 2048, true));  // ResNet-50 fc
 
   // conv2d: ResNet-50 layer1 3x3, layer1 1x1 reduce with its BN + residual + ReLU tail, the
   // 7x7/2 stem, and a MobileNetV2 depthwise 3x3 (24*6 = 144 channels at 56x56).
@@ -129,6 +144,18 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(conv(1, 256, 56, 56, 64, 1, 1, 0, 1, {bn, add, relu}));
   c.push_back(conv(1, 3, 224, 224, 64, 7, 2, 3, 1, {bn, relu}));
   c.push_back(conv(1, 144, 56, 56, 144, 3, 1, 1, 144, {bn, relu6}));
+  // ResNet-50's other dominant layers: the 1x1 expansion that closes every layer1 bottleneck,
+  // the 3x3 of layers 2, 3 and 4 (the same 231 MFLOP on ever smaller maps with ever more
+  // channels), and layer3's 1x1 reduce.
+  c.push_back(conv(1, 64, 56, 56, 256, 1, 1, 0, 1, {bn, add, relu}));
+  c.push_back(conv(1, 128, 28, 28, 128, 3, 1, 1, 1, {bn, relu}));
+  c.push_back(conv(1, 256, 14, 14, 256, 3, 1, 1, 1, {bn, relu}));
+  c.push_back(conv(1, 512, 7, 7, 512, 3, 1, 1, 1, {bn, relu}));
+  c.push_back(conv(1, 1024, 14, 14, 256, 1, 1, 0, 1, {bn, relu}));
+  // MobileNetV2: the 3x3/2 stem, a stride-2 depthwise layer, and the final 1x1 to 1280.
+  c.push_back(conv(1, 3, 224, 224, 32, 3, 2, 1, 1, {bn, relu6}));
+  c.push_back(conv(1, 144, 56, 56, 144, 3, 2, 1, 144, {bn, relu6}));
+  c.push_back(conv(1, 320, 7, 7, 1280, 1, 1, 0, 1, {bn, relu6}));
 
   c.push_back(batchnorm(act));
   // Memory-bound ops far beyond the caches: 64 MiB tensors (16 Mi floats) measure DRAM
@@ -137,10 +164,11 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(batchnorm(big));
 
   // Unary ops: one 3.2 MB activation each (relu6 is clip's default); GELU also on BERT's
-  // FFN hidden (128 x 3072).
+  // FFN hidden state (128 and 512 tokens x 3072).
   for (K op : {K::relu, K::clip, K::leaky_relu, K::sigmoid, K::tanh, K::gelu, K::silu, K::hardswish})
     c.push_back(unary(op, act));
   c.push_back(unary(K::gelu, {128, 3072}));
+  c.push_back(unary(K::gelu, {512, 3072}));
   c.push_back(unary(K::relu, {16777216}));
 
   // Binary ops: same-shape (residual add), plus per-channel broadcasts (a squeeze-excite
@@ -158,14 +186,18 @@ std::vector<OpDesc> bench_cases() {
   c.push_back({K::global_avgpool, GlobalPoolParams{}, {td({1, 2048, 7, 7})}});
   c.push_back({K::global_avgpool, GlobalPoolParams{}, {td({1, 1280, 7, 7})}});
 
-  // softmax: BERT attention probabilities (12 heads, 128 and 256 tokens), ImageNet logits.
+  // softmax: BERT attention probabilities (12 heads at 128, 256 and 512 tokens), ImageNet logits.
   c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 128, 128})}});
   c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 256, 256})}});
+  c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 512, 512})}});
   c.push_back({K::softmax, SoftmaxParams{}, {td({256, 1000})}});
   // 64 MiB (beyond every cache): softmax is then bound by DRAM bandwidth, one read + one write.
   c.push_back({K::softmax, SoftmaxParams{}, {td({4096, 4096})}});
 
-  // Norms over BERT-base hidden states (4096 tokens x 768) and a LLaMA-7B-width rmsnorm.
+  // Norms: the BERT-base layer's add + layernorm at 128 and 512 tokens, BERT hidden states of a
+  // batch (4096 tokens x 768), and a LLaMA-7B-width rmsnorm.
+  c.push_back(norm(K::layernorm, {128, 768}, true));
+  c.push_back(norm(K::layernorm, {512, 768}, true));
   c.push_back(norm(K::layernorm, {4096, 768}, false));
   c.push_back(norm(K::layernorm, {4096, 768}, true));
   c.push_back(norm(K::rmsnorm, {4096, 768}, false));
@@ -174,21 +206,53 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(norm(K::layernorm, {4096, 4096}, false));
   c.push_back(norm(K::rmsnorm, {4096, 4096}, false));
 
-  // attention: BERT-base self-attention at 128 and 512 tokens, and a causal decoder prefill.
+  // attention: BERT-base self-attention at 128 and 512 tokens, a causal decoder prefill, and a
+  // long 2048-token context where the naive stage's materialized 2048 x 2048 score matrix per
+  // head no longer fits in any cache (the naive run takes seconds: it runs one iteration).
   c.push_back(attention(1, 12, 128, 64));
   c.push_back(attention(1, 12, 512, 64));
   c.push_back(attention(1, 12, 512, 64, true));
+  c.push_back(attention(1, 12, 2048, 64));
 
-  // inverted_residual: MobileNetV2's 24-channel block at 56x56 (with residual) and the
-  // stride-2 block that enters it (16 -> 24 channels, 112 -> 56).
+  // inverted_residual: MobileNetV2's 24-channel block at 56x56 (with residual), the stride-2
+  // block that enters it (16 -> 24 channels, 112 -> 56), and the residual blocks of the 32-,
+  // 96- and 160-channel stages.
   c.push_back(inverted_residual({1, 24, 56, 56}, 6, 24, 1));
   c.push_back(inverted_residual({1, 16, 112, 112}, 6, 24, 2));
+  c.push_back(inverted_residual({1, 32, 28, 28}, 6, 32, 1));
+  c.push_back(inverted_residual({1, 96, 14, 14}, 6, 96, 1));
+  c.push_back(inverted_residual({1, 160, 7, 7}, 6, 160, 1));
 
-  // eltwise_chain: 4 MB through 4 steps (bias add, GELU, scale, ReLU): the naive stage makes
-  // 4 passes, a fused one 1.
-  c.push_back(eltwise_chain(
-      {1048576}, {ChainStep::binary_step(BinaryKind::add), ChainStep::unary_step(Activation::of(ActKind::gelu_erf)),
-                  ChainStep::binary_step(BinaryKind::mul), ChainStep::unary_step(Activation::relu())}));
+  // eltwise_chain: 64 MiB through 4 steps (bias add, GELU, scale, ReLU): the naive stage makes
+  // 4 passes over DRAM, a fused one 1.
+  c.push_back(eltwise_chain({16777216}, bias_gelu_scale_relu()));
+  return c;
+}
+
+std::vector<OpDesc> quick_cases() {
+  using K = OpKind;
+  const PostOp bn = PostOp::batchnorm(), add = PostOp::add(), relu = PostOp::activation(Activation::relu()),
+               relu6 = PostOp::activation(Activation::relu6()),
+               gelu = PostOp::activation(Activation::of(ActKind::gelu_erf));
+  const Shape act{1, 32, 56, 56};  // 400 KB
+  std::vector<OpDesc> c;
+  c.push_back(gemm(64, 256, 128, true, {gelu}));
+  c.push_back(conv(1, 32, 28, 28, 32, 3, 1, 1, 1, {bn, relu}));
+  c.push_back(conv(1, 64, 28, 28, 32, 1, 1, 0, 1, {bn, add, relu}));
+  c.push_back(conv(1, 48, 28, 28, 48, 3, 1, 1, 48, {bn, relu6}));
+  c.push_back(batchnorm(act));
+  for (K op : {K::relu, K::clip, K::leaky_relu, K::sigmoid, K::tanh, K::gelu, K::silu, K::hardswish})
+    c.push_back(unary(op, act));
+  for (K op : {K::add, K::sub, K::mul, K::div}) c.push_back(binary(op, act, act));
+  c.push_back(pool(K::maxpool2d, act, 3, 2, 1));
+  c.push_back(pool(K::avgpool2d, act, 2, 2, 0));
+  c.push_back({K::global_avgpool, GlobalPoolParams{}, {td({1, 512, 7, 7})}});
+  c.push_back({K::softmax, SoftmaxParams{}, {td({1, 12, 64, 64})}});
+  c.push_back(norm(K::layernorm, {128, 768}, true));
+  c.push_back(norm(K::rmsnorm, {128, 768}, false));
+  c.push_back(attention(1, 4, 128, 64));
+  c.push_back(inverted_residual({1, 24, 28, 28}, 6, 24, 1));
+  c.push_back(eltwise_chain({262144}, bias_gelu_scale_relu()));
   return c;
 }
 

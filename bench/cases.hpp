@@ -11,7 +11,12 @@
 
 namespace opfuse::bench {
 
-// Every curated case, grouped by op in OpKind order. Descs are not validated here.
+// Every curated case of the default suite, grouped by op in OpKind order. Descs are not
+// validated here.
 std::vector<OpDesc> bench_cases();
+
+// The --quick smoke suite: one or a few small cases per op (every op, every stage), each a few
+// milliseconds at most on the naive stage, so the whole run takes seconds.
+std::vector<OpDesc> quick_cases();
 
 }  // namespace opfuse::bench
