@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, run the stage-comparison benchmark on the
-# built-in default suite, and render reports/ (raw Google Benchmark JSON + a Markdown report).
-# Extra arguments go to opfuse-bench (Google Benchmark flags such as --benchmark_filter=gemm).
+# built-in default suite (progress on stderr, about 10 minutes or less on 2 cores), and render
+# reports/: the raw Google Benchmark JSON (bench.json), REPORT.md and the PNG charts.
+# Extra arguments go to opfuse-bench: its own options (--op gemm, --impl simd,fused, --quick,
+# --cold-cache, --threads 1, ...) and Google Benchmark's flags (--benchmark_filter=REGEX, ...).
+# OPFUSE_REPORT_DIR=DIR writes the JSON and the report there instead of reports/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
 BUILD_DIR=${OPFUSE_BUILD_DIR:-build}
-mkdir -p reports
-"$BUILD_DIR/opfuse-bench" --benchmark_out=reports/bench.json --benchmark_out_format=json \
-  --benchmark_counters_tabular=true "$@"
-python3 scripts/report.py reports/bench.json reports/REPORT.md
-echo "bench: wrote reports/bench.json and reports/REPORT.md"
+REPORT_DIR=${OPFUSE_REPORT_DIR:-reports}
+mkdir -p "$REPORT_DIR"
+start=$(date +%s)
+"$BUILD_DIR/opfuse-bench" --json "$REPORT_DIR/bench.json" --benchmark_counters_tabular=true "$@"
+# Debian's python3 has python3-matplotlib for the charts (a python3 earlier on PATH, such as a
+# pyenv shim, may not); without matplotlib the report is still written, without charts.
+PYTHON=/usr/bin/python3
+[ -x "$PYTHON" ] || PYTHON=python3
+"$PYTHON" scripts/report.py "$REPORT_DIR/bench.json" "$REPORT_DIR"
+echo "bench: $(( $(date +%s) - start )) s; wrote $REPORT_DIR/bench.json and $REPORT_DIR/REPORT.md"

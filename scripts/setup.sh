@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev                     # GoogleTest
   libbenchmark-dev                 # Google Benchmark: opfuse-bench
   libcli11-dev nlohmann-json3-dev libfmt-dev   # CLI arguments, JSON, formatting
-  python3                          # report rendering
+  python3 python3-matplotlib       # report rendering and its charts
 )
 
 missing=()
