@@ -14,6 +14,8 @@
 // The roofline: before the benchmarks, a probe measures this machine's fp32 multiply-add peak
 // per ISA and its STREAM copy / triad bandwidth, on 1 thread and on all cores (roofline.hpp),
 // and writes them into the JSON context (keys roofline.*). Counters of every benchmark:
+//   wall_ns             wall-clock time per call, as the rates use it (with --cold-cache it
+//                       leaves out the flushes and the timer pauses; the report reads it)
 //   GFLOP/s, GB/s       rates from op_cost(desc) and the wall-clock time of the timed loop
 //   flops, bytes        op_cost(desc) per iteration
 //   AI                  arithmetic intensity, flops / bytes
@@ -303,6 +305,7 @@ void run_variant(benchmark::State& state, const Variant& v) {
     const double bw = g_run.roof.bandwidth_gbs(v.threads);
     pct = bw > 0 ? 100.0 * gbs / bw : 0.0;
   }
+  state.counters["wall_ns"] = C(iters > 0 ? wall / iters * 1e9 : 0.0);
   state.counters["GFLOP/s"] = C(gflops);
   state.counters["GB/s"] = C(gbs);
   state.counters["flops"] = C(v.cost.flops);

@@ -20,7 +20,7 @@ import sys
 import time
 
 NAME = re.compile(r"^[a-z0-9_]+/(naive|simd|fused|cuda|onednn|eigen)/[^/\s]+/t[0-9]+$")
-COUNTERS = ["GFLOP/s", "GB/s", "flops", "bytes", "AI", "roof_GFLOP/s", "roofline_pct"]
+COUNTERS = ["wall_ns", "GFLOP/s", "GB/s", "flops", "bytes", "AI", "roof_GFLOP/s", "roofline_pct"]
 FUSED_COUNTERS = ["bytes_fused", "bytes_unfused", "traffic_saved_pct"]
 CONTEXT = ["opfuse_cpu_model", "opfuse_compiler", "opfuse_isa", "opfuse_threads", "roofline.threads",
            "roofline.copy.t1", "roofline.triad.t1", "roofline.naive_isa"]
