@@ -184,6 +184,10 @@ def bound_phrase(run, r, threads):
                 f"{fmt_num(ridge)} flop/B, so the roof is {fmt_num(bw)} GB/s x AI = {fmt_num(ai * bw)} GFLOP/s")
     pct = r.get("pct")
     llc = run.llc_bytes()
+    if pct is not None and pct < 25:
+        text += f"; at {fmt_num(pct)}% of it, the code, not the machine, is the limit"
+    elif pct is not None and 70 <= pct <= 100:
+        text += f"; at {fmt_num(pct)}% of it, little is left to gain on this roof"
     if pct is not None and pct > 100:
         fits = f" ({fmt_bytes(r.get('bytes'))} fits in the {fmt_bytes(llc)} last-level cache)" if llc and (
             r.get("bytes") or 0) <= llc else ""
