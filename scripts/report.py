@@ -224,7 +224,9 @@ def ladder_lines(run, op, case, by_threads):
             body = f"**{speedup:.2f}x {'faster' if speedup >= 1 else 'slower'} than {prev_impl}**: {perf}."
             prev_isa = run.kernel_info(prev["kernel"], "roof_isa")
             p_prev, p_now = run.peak(prev_isa, 1), run.peak(roof_isa, 1)
-            if prev_isa != roof_isa and p_prev and p_now:
+            bw = run.bandwidth(1)
+            compute_bound = bw and p_now and (r.get("ai") or 0) >= p_now / bw
+            if prev_isa != roof_isa and p_prev and p_now and compute_bound:
                 body += (f" The compute roof rose {p_now / p_prev:.1f}x "
                          f"({isa_label(prev_isa)} to {isa_label(roof_isa)}).")
             if r.get("saved") is not None and r.get("bytes_unfused"):
