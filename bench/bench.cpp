@@ -64,7 +64,6 @@
 #include <fstream>
 #include <optional>
 #include <regex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>

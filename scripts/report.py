@@ -437,10 +437,12 @@ def draw_charts(run, out_dir):
     for op, cases in ops.items():
         names = list(cases)
         impls = sorted({i for by_t in cases.values() for imp in by_t.values() for i in imp}, key=impl_rank)
-        fig, axes = plt.subplots(1, len(thread_counts), figsize=(max(6.0, 1.1 * len(names) * len(thread_counts) + 2),
-                                                                 4.2), squeeze=False, sharey=True)
+        # One panel per thread count, stacked; the case names label the bottom one.
+        fig, axes = plt.subplots(len(thread_counts), 1, figsize=(max(7.0, 0.9 * len(names) + 3), 2.6 * len(
+            thread_counts) + 1.6), squeeze=False, sharex=True, sharey=True)
+        axes = [ax for row in axes for ax in row]
         any_bar = False
-        for ax, threads in zip(axes[0], thread_counts):
+        for ax, threads in zip(axes, thread_counts):
             width = 0.8 / max(1, len(impls))
             for k, impl in enumerate(impls):
                 xs, ys = [], []
@@ -455,13 +457,13 @@ def draw_charts(run, out_dir):
                     any_bar = True
             ax.set_yscale("log")
             ax.axhline(1.0, color="black", linewidth=0.5)
-            ax.set_xticks(range(len(names)))
-            ax.set_xticklabels(names, rotation=30, ha="right", fontsize=7)
-            ax.set_title(f"{op}, {threads} thread{'s' if threads > 1 else ''}")
+            ax.set_title(f"{op}, {threads} thread{'s' if threads > 1 else ''}", fontsize=10)
+            ax.set_ylabel("speedup over naive\n(1 thread), log", fontsize=8)
             ax.grid(axis="y", which="both", alpha=0.3)
-        axes[0][0].set_ylabel("speedup over naive (1 thread), log")
+        axes[-1].set_xticks(range(len(names)))
+        axes[-1].set_xticklabels(names, rotation=25, ha="right", fontsize=7)
         if any_bar:
-            axes[0][0].legend(fontsize=8)
+            axes[0].legend(fontsize=7, ncol=len(impls))
             fig.tight_layout()
             name = f"ladder_{op}.png"
             fig.savefig(os.path.join(out_dir, name), dpi=90)
