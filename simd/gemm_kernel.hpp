@@ -88,6 +88,24 @@ std::int64_t gemm_k_step(std::int64_t k) {
 }
 
 // ---- the reusable entry ---------------------------------------------------------------------------
+// An epilogue: what the micro-kernel does to each vector of a finished tile on the last k block,
+// after alpha, beta and the bias and before the store (the fused stage's post-op chains). The
+// interface, which this do-nothing default spells out:
+//   enabled                   false compiles every epilogue branch out of the micro-kernel
+//   prefetch<Arch>(i, j, r, l) the tile at (i, j) of C, r rows, is about to be finished:
+//                             prefetch its operands with locality l (2: into L2, 3: into L1)
+//   apply<Arch>(x, i, j, n)   x holds C's (i, j .. j + n - 1), n <= W lanes valid (the rest
+//                             are padding whose results are dropped): returns the final values
+struct NoEpilogue {
+  static constexpr bool enabled = false;
+  template <class Arch>
+  void prefetch(std::int64_t, std::int64_t, int, int) const {}
+  template <class Arch>
+  fbatch<Arch> apply(fbatch<Arch> x, std::int64_t, std::int64_t, std::int64_t) const {
+    return x;
+  }
+};
+
 struct SgemmArgs {
   std::int64_t m = 0, n = 0, k = 0;
   float alpha = 1.f;
@@ -105,7 +123,11 @@ struct SgemmArgs {
   // broadcasts, bias_cs is 0 or 1.
   const float* bias = nullptr;
   std::int64_t bias_rs = 0, bias_cs = 0;
-  float* workspace = nullptr;  // sgemm_workspace(m, n, k, threads) floats
+  // At most this many columns per packed B block (0: the cache-derived NC). A caller whose B is
+  // large, read once and packed per call (an activation) caps it so that each packed block is
+  // still in L2 when the micro-kernels read it back.
+  std::int64_t nc_cap = 0;
+  float* workspace = nullptr;  // sgemm_workspace(m, n, k, threads, nc_cap) floats
   // At most the count sgemm_workspace() was sized for; passed through team_size(), so 1 inside
   // a caller's parallel region.
   int threads = 1;
@@ -121,11 +143,12 @@ std::size_t packed_b_size(std::int64_t n, std::int64_t k) {
 // Workspace floats of sgemm for up to `threads` threads: one packed B block shared by the team
 // and one packed A block per thread, each 64-byte aligned.
 template <class Arch>
-std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int threads, std::int64_t nc_cap = 0) {
   constexpr std::int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
   const GemmBlocking bl = gemm_blocking<Arch>();
   const std::int64_t kc = gemm_k_step<Arch>(k);
-  const std::int64_t nc = std::min(bl.nc, gemm_round_up(n, nr));
+  std::int64_t nc = std::min(bl.nc, gemm_round_up(n, nr));
+  if (nc_cap > 0) nc = std::min(nc, gemm_round_up(nc_cap, nr));
   const std::int64_t mc = std::min(bl.mc, gemm_round_up(m, mr));
   const std::int64_t b_block = gemm_round_up(kc * nc, 16), a_block = gemm_round_up(kc * mc, 16);
   return static_cast<std::size_t>(16 + b_block + std::max(threads, 1) * a_block);
@@ -237,21 +260,23 @@ void pack_b_range(const float* b, int64_t ldb, bool trans_b, int64_t k0, int64_t
 
 // ---- the micro-kernel -------------------------------------------------------------------------
 // How one tile's result is written: C = alpha * acc (+ beta * C on the first k block, + C on
-// the later ones) (+ bias on the last one).
+// the later ones) (+ bias on the last one) (then, on the last one, the caller's epilogue).
 struct Store {
   float alpha, beta;
   bool first, last;
   const float* bias;  // already offset to the tile's (row 0, column 0); nullptr: none
   int64_t bias_rs, bias_cs;
+  int64_t row0, col0;  // the tile's (row 0, column 0) in C, for the epilogue's operands
 };
 
 // R rows (R <= mr) x nr columns of C += A micro-panel (kc x mr) * B micro-panel (kc x nr).
 // The accumulators are a fixed-size array indexed only by constants after unrolling, so the
 // compiler keeps all of them in registers. `cols` < nr is the right edge: the full tile is
-// computed (B is zero-padded) and only `cols` columns are stored.
-template <class Arch, int R>
+// computed (B is zero-padded) and only `cols` columns are stored. On the last k block an
+// enabled epilogue (see NoEpilogue) maps every vector of the finished tile before its store.
+template <class Arch, int R, class Epi>
 void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* __restrict c, int64_t ldc,
-                int64_t cols, const Store& st) {
+                int64_t cols, const Store& st, const Epi& epi) {
   using B = fbatch<Arch>;
   constexpr int mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, W = static_cast<int>(B::size), NV = nr / W;
   B acc[R][NV];
@@ -279,20 +304,26 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
   };
   // The C tile is fetched into L2 at the start and into L1 only 32 k steps before the end:
   // with ldc a multiple of 1 KiB its rows share a few L1 sets, and held there for the whole loop
-  // they would evict each other and the B micro-panel.
+  // they would evict each other and the B micro-panel. The epilogue's operands likewise.
   const bool reads_c = !st.first || st.beta != 0.f;
+  const bool epilogue = Epi::enabled && st.last;
   if (reads_c)
     for (int i = 0; i < R; ++i) {
       __builtin_prefetch(c + i * ldc, 1, 2);
       __builtin_prefetch(c + i * ldc + nr - 1, 1, 2);
     }
-  const int64_t late = reads_c ? std::min<int64_t>(kc, 32) : 0;
+  if constexpr (Epi::enabled)
+    if (epilogue) epi.template prefetch<Arch>(st.row0, st.col0, R, 2);
+  const int64_t late = reads_c || epilogue ? std::min<int64_t>(kc, 32) : 0;
   k_loop(kc - late);
   if (late) {
-    for (int i = 0; i < R; ++i) {
-      __builtin_prefetch(c + i * ldc, 1, 3);
-      __builtin_prefetch(c + i * ldc + nr - 1, 1, 3);
-    }
+    if (reads_c)
+      for (int i = 0; i < R; ++i) {
+        __builtin_prefetch(c + i * ldc, 1, 3);
+        __builtin_prefetch(c + i * ldc + nr - 1, 1, 3);
+      }
+    if constexpr (Epi::enabled)
+      if (epilogue) epi.template prefetch<Arch>(st.row0, st.col0, R, 3);
     k_loop(late);
   }
 
@@ -311,9 +342,11 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
         else if (st.beta != 0.f)
           x = xsimd::fma(beta, B::load_unaligned(p), x);
         if (st.last && st.bias) {
-          const float* bp = st.bias + i * st.bias_rs + v * W;
+          const float* bp = st.bias + i * st.bias_rs + v * W * st.bias_cs;
           x += st.bias_cs ? B::load_unaligned(bp) : B(*bp);
         }
+        if constexpr (Epi::enabled)
+          if (epilogue) x = epi.template apply<Arch>(x, st.row0 + i, st.col0 + v * W, W);
         acc[i][v] = x;
       }
 #pragma GCC unroll 16
@@ -322,41 +355,50 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(c + i * ldc + v * W);
     return;
   }
-  // Right edge: spill the tile, then store the valid columns one by one.
-  alignas(64) float tmp[R * nr];
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + i * nr + v * W);
-  for (int i = 0; i < R; ++i)
-    for (int64_t j = 0; j < cols; ++j) {
-      float& y = c[i * ldc + j];
-      float x = st.alpha * tmp[i * nr + j];
+  // Right edge: the same formulas one row at a time on buffers holding the valid columns (the
+  // rest zero), so nothing past column `cols` of C, the bias or an operand is touched.
+  alignas(64) float tmp[nr];
+  for (int i = 0; i < R; ++i) {
+    float* row = c + i * ldc;
+    for (int v = 0; v * W < cols; ++v) {
+      const int64_t j0 = v * W, cnt = std::min<int64_t>(W, cols - j0);
+      const auto partial = [&](const float* src, int64_t step) {
+        for (int64_t l = 0; l < W; ++l) tmp[l] = l < cnt ? src[l * step] : 0.f;
+        return B::load_aligned(tmp);
+      };
+      B x = st.alpha == 1.f ? acc[i][v] : alpha * acc[i][v];
       if (!st.first)
-        x += y;
+        x += partial(row + j0, 1);
       else if (st.beta != 0.f)
-        x += st.beta * y;
-      if (st.last && st.bias) x += st.bias[i * st.bias_rs + j * st.bias_cs];
-      y = x;
+        x = xsimd::fma(beta, partial(row + j0, 1), x);
+      if (st.last && st.bias) x += partial(st.bias + i * st.bias_rs + j0 * st.bias_cs, st.bias_cs);
+      if constexpr (Epi::enabled)
+        if (epilogue) x = epi.template apply<Arch>(x, st.row0 + i, st.col0 + j0, cnt);
+      x.store_aligned(tmp);
+      for (int64_t l = 0; l < cnt; ++l) row[j0 + l] = tmp[l];
     }
+  }
 }
 
-using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const Store&);
+template <class Epi>
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const Store&, const Epi&);
 
-// micro_tile<Arch, R> for R = 1 .. mr, indexed by R - 1: the bottom edge runs only its rows.
-template <class Arch, int... I>
+// micro_tile<Arch, R, Epi> for R = 1 .. mr, indexed by R - 1: the bottom edge runs only its rows.
+template <class Arch, class Epi, int... I>
 constexpr auto make_tile_table(std::integer_sequence<int, I...>) {
-  return std::array<TileFn, sizeof...(I)>{&micro_tile<Arch, I + 1>...};
+  return std::array<TileFn<Epi>, sizeof...(I)>{&micro_tile<Arch, I + 1, Epi>...};
 }
-template <class Arch>
-inline constexpr auto kTiles = make_tile_table<Arch>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
+template <class Arch, class Epi>
+inline constexpr auto kTiles = make_tile_table<Arch, Epi>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
 
 // ---- the macro-kernel: one packed A block x one thread's share of the packed B block --------
 // C rows [i0, i0 + mc), columns jc + [j0, j1) where pb is the packed block of columns from jc
 // (j0 a multiple of nr).
-template <class Arch>
-void macro_kernel(const SgemmArgs& g, const float* pa, int64_t i0, int64_t mc, const float* pb, int64_t jc, int64_t j0,
-                  int64_t j1, int64_t kc, bool first, bool last) {
+template <class Arch, class Epi>
+void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i0, int64_t mc, const float* pb,
+                  int64_t jc, int64_t j0, int64_t j1, int64_t kc, bool first, bool last) {
   constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
-  Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs};
+  Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs, 0, 0};
   const RowTiles<Arch> tiles(mc);
   // jr outside ir: one kc x nr B micro-panel stays in L1 while the A block streams from L2.
   for (int64_t j = j0; j < j1; j += nr) {
@@ -365,8 +407,10 @@ void macro_kernel(const SgemmArgs& g, const float* pa, int64_t i0, int64_t mc, c
     for (int64_t q = 0; q < tiles.t; ++q) {
       const int64_t i = tiles.begin(q), rows = tiles.begin(q + 1) - i;
       st.bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + (jc + j) * g.bias_cs : nullptr;
-      kTiles<Arch>[static_cast<std::size_t>(rows - 1)](kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j,
-                                                       g.ldc, cols, st);
+      st.row0 = i0 + i;
+      st.col0 = jc + j;
+      kTiles<Arch, Epi>[static_cast<std::size_t>(rows - 1)](kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j,
+                                                            g.ldc, cols, st, epi);
     }
   }
 }
@@ -412,15 +456,15 @@ void pack_b(const float* b, std::int64_t ldb, bool trans_b, std::int64_t n, std:
   }
 }
 
-// C = alpha * op(A) op(B) + beta * C + bias. The BLIS loop nest:
+// C = alpha * op(A) op(B) + beta * C + bias, then epi. The BLIS loop nest:
 //   jc over n in NC blocks      packed B block (kc x nc) shared by the team, in L3
 //    pc over k in KC blocks      (B packed cooperatively, one barrier before and after)
 //     ic over this thread's rows in MC blocks    packed A block (mc x kc) per thread, in L2
 //      jr over this thread's columns, nr at a time   B micro-panel (kc x nr) in L1
 //       ir over the block's rows, mr at a time      A micro-panel streamed; C tile in registers
 // Threads form a tm x tn grid over the rows and the columns of each nc block.
-template <class Arch>
-void sgemm(const SgemmArgs& g) {
+template <class Arch, class Epi = NoEpilogue>
+void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   using namespace gemm_detail;
   constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
   const int64_t M = g.m, N = g.n, K = g.k;
@@ -433,13 +477,15 @@ void sgemm(const SgemmArgs& g) {
         float& y = g.c[i * g.ldc + j];
         float x = g.beta == 0.f ? 0.f : g.beta * y;
         if (g.bias) x += g.bias[i * g.bias_rs + j * g.bias_cs];
+        if constexpr (Epi::enabled) x = epi.template apply<Arch>(fbatch<Arch>(x), i, j, 1).get(0);
         y = x;
       }
     return;
   }
   const GemmBlocking bl = gemm_blocking<Arch>();
   const int64_t ks = gemm_k_step<Arch>(K);
-  const int64_t nc_max = std::min(bl.nc, gemm_round_up(N, nr));
+  int64_t nc_max = std::min(bl.nc, gemm_round_up(N, nr));
+  if (g.nc_cap > 0) nc_max = std::min(nc_max, gemm_round_up(g.nc_cap, nr));
   const int64_t mc_max = std::min(bl.mc, gemm_round_up(M, mr));
   const int64_t b_block = gemm_round_up(ks * nc_max, 16), a_block = gemm_round_up(ks * mc_max, 16);
   float* ws = g.workspace + ((16 - reinterpret_cast<std::uintptr_t>(g.workspace) / sizeof(float) % 16) % 16);
@@ -490,7 +536,7 @@ void sgemm(const SgemmArgs& g) {
           for (int64_t i0 = i_begin; i0 < i_end; i0 += ms) {
             const int64_t mc = std::min(ms, i_end - i0);
             pack_a<Arch>(g, i0, mc, k0, kc, abuf);
-            macro_kernel<Arch>(g, abuf, i0, mc, pb, jc, j0, j1, kc, k0 == 0, k0 + kc == K);
+            macro_kernel<Arch>(g, epi, abuf, i0, mc, pb, jc, j0, j1, kc, k0 == 0, k0 + kc == K);
           }
         if (!g.packed_b && tm > 1) {
 #pragma omp barrier  // the B block is overwritten next

@@ -1,0 +1,639 @@
+// fused/conv.cpp - 2-D convolution with batchnorm folded into the weights and the rest of the
+// post-op chain applied to the accumulators before the store.
+//
+// The story.
+// naive (naive/conv.cpp): the seven-loop nest, then one full pass over y per post-op step.
+// simd (simd/conv.cpp): register-blocked kernels (1x1 as GEMM, NHWC direct, depthwise); the
+//   chain runs as a vectorized pass over each output tile right after it is stored (in cache).
+// fused (this file):
+//   * batchnorm right after the conv is folded into the weights and the bias:
+//     w'[k] = w[k] * s[k], b'[k] = (b[k] - mean[k]) * s[k] + shift[k], s = scale / sqrt(var + eps)
+//     (consecutive batchnorms compose), at prepare when w, the bias and the batchnorm operands
+//     are bound constants, otherwise per call into the workspace (K * C * R * S multiplies).
+//   * 1x1: the simd GEMM (simd/gemm_kernel.hpp) with the remaining chain as its micro-kernel
+//     epilogue (fused/gemm_epilogue.hpp): a residual tile is loaded and added and the
+//     activation applied on the accumulator registers, so y is stored once and never re-read.
+//     NCHW: per image y (K x PQ) = w' (K x C) x (C x PQ), output channels as rows (per-row bias
+//     and batchnorm vectors); NHWC: y (NPQ x K) = x (NPQ x C) w'^T, channels as columns.
+//   * other geometries: the simd stage's NHWC direct convolution (simd/conv_kernel.hpp) with
+//     the folded weights; the chain on the accumulator tile before its store.
+//
+// MEASURED
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "fused/conv.hpp"
+#include "fused/gemm_epilogue.hpp"
+#include "simd/activation.hpp"
+#include "simd/common.hpp"
+#include "simd/conv_kernel.hpp"
+#include "simd/gemm_kernel.hpp"
+
+namespace opfuse::fused {
+inline namespace OPFUSE_SIMD_NS {
+
+using simd::gemm_round_up;
+using simd::pack_b;
+using simd::packed_b_size;
+using simd::sgemm;
+using simd::sgemm_workspace;
+using simd::SgemmArgs;
+
+namespace {
+
+using i64 = std::int64_t;
+
+int max_threads() {
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc > 0 ? static_cast<int>(hc) : 1;
+}
+
+struct Free {
+  void operator()(float* p) const { std::free(p); }
+};
+using Floats = std::unique_ptr<float[], Free>;
+Floats alloc_floats(std::size_t n) {
+  Floats f(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)));
+  if (!f) throw std::bad_alloc();
+  return f;
+}
+
+// Carves 64-byte aligned sections out of the workspace; with a null base it only counts.
+struct Carver {
+  float* base;
+  std::size_t used = 0;
+  float* take(i64 n) {
+    float* p = base ? base + used : nullptr;
+    used += static_cast<std::size_t>(gemm_round_up(n, 16));
+    return p;
+  }
+};
+
+struct Geom {
+  i64 N, C, H, W, K, R, S, P, Q, G, Cg, Kg;
+  bool nhwc;
+  std::array<i64, kMaxRank> ws;  // weight strides, logical (K, C/G, R, S)
+};
+
+Geom geom(const OpDesc& d) {
+  const auto& p = d.p<Conv2dParams>();
+  const Shape& x = d.inputs[0].shape;
+  const Shape& w = d.inputs[1].shape;
+  Geom g{};
+  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3];
+  g.K = w[0], g.R = w[2], g.S = w[3];
+  g.P = (g.H + p.pad_top + p.pad_bottom - p.dilation_h * (g.R - 1) - 1) / p.stride_h + 1;
+  g.Q = (g.W + p.pad_left + p.pad_right - p.dilation_w * (g.S - 1) - 1) / p.stride_w + 1;
+  g.G = p.groups, g.Cg = g.C / g.G, g.Kg = g.K / g.G;
+  g.nhwc = d.inputs[0].layout == Layout::nhwc;
+  g.ws = dense_strides(w, d.inputs[1].layout);
+  return g;
+}
+
+// Index of each post-op step's first operand (after x, w, [bias]).
+std::vector<std::size_t> operand_index(const Conv2dParams& p) {
+  std::vector<std::size_t> r;
+  std::size_t idx = p.has_bias ? 3 : 2;
+  for (const PostOp& op : p.post_ops) {
+    r.push_back(idx);
+    idx += static_cast<std::size_t>(post_op_operands(op));
+  }
+  return r;
+}
+
+// mult[k] = scale[k] / sqrt(var[k] + eps).
+void bn_mult(const float* scale, const float* var, float eps, i64 n, float* mult) {
+  for (i64 k = 0; k < n; ++k) mult[k] = scale[k] * (1.f / std::sqrt(var[k] + eps));
+}
+
+// Are the weights, the bias and the folded batchnorms' operands all bound at prepare?
+bool fold_bound(const OpDesc& d, const Tensor* const* constants) {
+  if (!constants || !constants[1]) return false;
+  const auto& p = d.p<Conv2dParams>();
+  if (p.has_bias && !constants[2]) return false;
+  const std::vector<std::size_t> idx = operand_index(p);
+  for (int s = 0; s < conv_folded_batchnorms(p); ++s)
+    for (std::size_t o = 0; o < 4; ++o)
+      if (!constants[idx[static_cast<std::size_t>(s)] + o]) return false;
+  return true;
+}
+
+// Folds the leading batchnorms into the weights and the bias: wout (K x Cg*R*S, row-major in
+// (c, r, s) order) and bout (K). `in` are the desc's inputs (x unused).
+void fold(const OpDesc& d, const Geom& g, const Tensor* const* in, float* wout, float* bout) {
+  const auto& p = d.p<Conv2dParams>();
+  const std::vector<std::size_t> idx = operand_index(p);
+  const int nfold = conv_folded_batchnorms(p);
+  const float* w = in[1]->data();
+  const float* bias = p.has_bias ? in[2]->data() : nullptr;
+  const i64 taps = g.Cg * g.R * g.S;
+  for (i64 k = 0; k < g.K; ++k) {
+    float s = 1.f, b = bias ? bias[k] : 0.f;
+    for (int f = 0; f < nfold; ++f) {
+      const Tensor* const* o = in + idx[static_cast<std::size_t>(f)];
+      const float m =
+          o[0]->data()[k] * (1.f / std::sqrt(o[3]->data()[k] + p.post_ops[static_cast<std::size_t>(f)].epsilon));
+      b = (b - o[2]->data()[k]) * m + o[1]->data()[k];
+      s *= m;
+    }
+    bout[k] = b;
+    float* dst = wout + k * taps;
+    for (i64 c = 0; c < g.Cg; ++c)
+      for (i64 r = 0; r < g.R; ++r)
+        for (i64 t = 0; t < g.S; ++t) *dst++ = w[k * g.ws[0] + c * g.ws[1] + r * g.ws[2] + t * g.ws[3]] * s;
+  }
+}
+
+// The chain after the folded batchnorms as an epilogue in the kernel's 2-D `view` of the output
+// (see ConvView): batchnorm vectors run along the channel axis, rows or columns; per-image views
+// offset binary operands per image (offset_images). Multipliers of unbound batchnorms are
+// computed into `ws` (K floats per step) unless `mults` has them from prepare.
+ChainEpilogue make_epilogue(const OpDesc& d, const Geom& g, const Tensor* const* in, const std::vector<Floats>* mults,
+                            float* ws, ConvView view) {
+  const bool channel_rows = view == ConvView::channel_rows;
+  const auto& p = d.p<Conv2dParams>();
+  const std::vector<std::size_t> idx = operand_index(p);
+  ChainEpilogue epi;
+  for (std::size_t s = static_cast<std::size_t>(conv_folded_batchnorms(p)); s < p.post_ops.size(); ++s) {
+    const PostOp& op = p.post_ops[s];
+    const Tensor* const* o = in + idx[s];
+    EpiStep& e = epi.add(op.kind);
+    if (op.kind == PostOp::Kind::batchnorm) {
+      const float* mult = mults && s < mults->size() ? (*mults)[s].get() : nullptr;
+      if (!mult) {
+        bn_mult(o[0]->data(), o[3]->data(), op.epsilon, g.K, ws);
+        mult = ws;
+        ws += gemm_round_up(g.K, 16);
+      }
+      e.p0 = o[2]->data();
+      e.p1 = mult;
+      e.p2 = o[1]->data();
+      e.rs = channel_rows ? 1 : 0;
+      e.cs = channel_rows ? 0 : 1;
+    } else if (op.kind == PostOp::Kind::binary) {
+      GemmRowCol rc{};
+      [[maybe_unused]] const bool ok =
+          conv_operand_rowcol(conv_operand_strides(d.inputs[idx[s]]), g.N, g.K, g.P, g.Q, view, &rc);
+      assert(ok);  // supports() checked it
+      e.binary = op.binary;
+      e.p0 = o[0]->data();
+      e.rs = rc.rs;
+      e.cs = rc.cs;
+    } else {
+      e.act = op.act;
+    }
+  }
+  return epi;
+}
+
+// Floats of workspace for the epilogue's batchnorm multipliers.
+i64 epilogue_ws(const Conv2dParams& p, i64 K) {
+  i64 f = 0;
+  for (std::size_t s = static_cast<std::size_t>(conv_folded_batchnorms(p)); s < p.post_ops.size(); ++s)
+    if (p.post_ops[s].kind == PostOp::Kind::batchnorm) f += gemm_round_up(K, 16);
+  return f;
+}
+
+// Multipliers of the epilogue's batchnorms whose scale and var are bound (others stay null).
+std::vector<Floats> bound_mults(const OpDesc& d, const Tensor* const* constants) {
+  const auto& p = d.p<Conv2dParams>();
+  std::vector<Floats> r(p.post_ops.size());
+  if (!constants) return r;
+  const std::vector<std::size_t> idx = operand_index(p);
+  const i64 K = d.inputs[1].shape[0];
+  for (std::size_t s = static_cast<std::size_t>(conv_folded_batchnorms(p)); s < p.post_ops.size(); ++s) {
+    if (p.post_ops[s].kind != PostOp::Kind::batchnorm || !constants[idx[s]] || !constants[idx[s] + 3]) continue;
+    r[s] = alloc_floats(static_cast<std::size_t>(K));
+    bn_mult(constants[idx[s]]->data(), constants[idx[s] + 3]->data(), p.post_ops[s].epsilon, K, r[s].get());
+  }
+  return r;
+}
+
+// ---- 1x1 as GEMM ------------------------------------------------------------------------------
+
+// Columns per packed B block of the NCHW GEMM: x's pixels are read once and packed per call, so
+// the block (C x nc) is kept L2-sized and read back by the micro-kernels from there.
+template <class Arch>
+i64 conv1x1_nc_cap(const Geom& g) {
+  if (g.nhwc) return 0;
+  const i64 l2 = static_cast<i64>(simd::cache_sizes().l2);
+  return std::max<i64>(simd::GemmTile<Arch>::nr, l2 / 4 / (4 * std::max<i64>(g.C, 1)));
+}
+
+template <class Arch>
+std::size_t conv1x1_sgemm_ws(const Geom& g) {
+  if (g.nhwc) return sgemm_workspace<Arch>(g.N * g.P * g.Q, g.K, g.C, max_threads());
+  return sgemm_workspace<Arch>(g.K, g.P * g.Q, g.C, max_threads(), conv1x1_nc_cap<Arch>(g));
+}
+
+struct Conv1x1State {
+  bool folded = false;  // w' and b' below were folded at prepare
+  Floats w;             // w' (K x C)
+  Floats bias;          // b' (K)
+  Floats packed_b;      // NHWC: w'^T packed for the GEMM
+  std::vector<Floats> mults;
+};
+
+// ---- direct: the simd NHWC register tile with the chain before the store -----------------------
+
+struct DirectState {
+  bool packed = false;          // folded weights and bias packed at prepare
+  simd::AlignedFloats weights;  // [G][nkb][c block][R][S][c][KB]
+  simd::AlignedFloats bias;     // [G][nkb * KB]
+  simd::AlignedFloats ytiles;   // NCHW output: one NHWC row block per thread
+  i64 ytile_floats = 0;
+  int slots = 1;
+  std::vector<Floats> mults;
+};
+
+// simd's direct_tile (simd/conv_kernel.hpp), plus: on the last channel block `epi` maps every
+// accumulator vector (pixel pix[i] of the image, channels k0 + v * W ...) before the store.
+template <class Arch, int MR, int NV>
+void direct_tile_epi(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i64 row_step, i64 col_step,
+                     const float* bias, float* const* ys, i64 valid_k, bool first, const ChainEpilogue* epi,
+                     const i64* pix, i64 k0) {
+  using B = fbatch<Arch>;
+  constexpr int Wd = static_cast<int>(B::size);
+  B acc[MR][NV];
+  for (int v = 0; v < NV; ++v) {
+    const B b = B::load_aligned(bias + v * Wd);
+    for (int i = 0; i < MR; ++i) acc[i][v] = b;
+  }
+  if (!first) {  // a later channel block: continue from the partial sums stored in y
+    for (int i = 0; i < MR; ++i) {
+      if (!ys[i]) continue;
+      if (valid_k == NV * Wd) {
+        for (int v = 0; v < NV; ++v) acc[i][v] = B::load_unaligned(ys[i] + v * Wd);
+      } else {
+        alignas(64) float tmp[NV * Wd] = {};
+        std::memcpy(tmp, ys[i], static_cast<std::size_t>(valid_k) * sizeof(float));
+        for (int v = 0; v < NV; ++v) acc[i][v] = B::load_aligned(tmp + v * Wd);
+      }
+    }
+  }
+  i64 taps = S, chans = Cg;
+  if (col_step == Cg) taps = 1, chans = S * Cg;
+  for (i64 r = 0; r < R; ++r) {
+    for (i64 s = 0; s < taps; ++s) {
+      const i64 off = r * row_step + s * col_step;
+      const float* px[MR];
+      for (int i = 0; i < MR; ++i) px[i] = xs[i] + off;
+      for (i64 c = 0; c < chans; ++c) {
+        B wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = B::load_aligned(w + v * Wd);
+        w += NV * Wd;
+        for (int i = 0; i < MR; ++i) {
+          const B xb(px[i][c]);
+          for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(xb, wv[v], acc[i][v]);
+        }
+      }
+    }
+  }
+  if (epi)
+    for (int i = 0; i < MR; ++i) {
+      if (!ys[i]) continue;
+      for (int v = 0; v < NV; ++v) {
+        const i64 cnt = std::min<i64>(Wd, valid_k - v * Wd);
+        if (cnt > 0) acc[i][v] = epi->template apply<Arch>(acc[i][v], pix[i], k0 + v * Wd, cnt);
+      }
+    }
+  if (valid_k == NV * Wd) {
+    for (int i = 0; i < MR; ++i)
+      if (ys[i])
+        for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(ys[i] + v * Wd);
+  } else {
+    alignas(64) float tmp[NV * Wd];
+    for (int i = 0; i < MR; ++i) {
+      if (!ys[i]) continue;
+      for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + v * Wd);
+      std::memcpy(ys[i], tmp, static_cast<std::size_t>(valid_k) * sizeof(float));
+    }
+  }
+}
+
+// One task: output rows [p0, p1) of image n (simd's direct_block with the chain in the tile).
+// yt is where pixel (p0, 0) of the block goes in NHWC order: y itself (NHWC output) or the
+// thread's row-block buffer (NCHW output), then transposed into y - already final.
+template <class Arch, int NV>
+void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* yt,
+                  float* y, const ChainEpilogue& epi, i64 n, i64 p0, i64 p1) {
+  constexpr int MR = simd::DirectTile<Arch>::MR;
+  const simd::ConvGeom& g = pl.g;
+  const i64 C = g.C, K = g.K;
+  const i64 a = p0 * g.Q, npix = (p1 - p0) * g.Q, ntiles = (npix + MR - 1) / MR;
+  const i64 row_step = g.dh * pl.Wp * C, col_step = g.dw * C;
+  const i64 wblock = g.R * g.S * g.Cg * pl.KB;
+  const float* xn = xp + n * pl.Hp * pl.Wp * C;
+  for (i64 gi = 0; gi < g.G; ++gi) {
+    for (i64 kb = 0; kb < pl.nkb; ++kb) {
+      const float* wk = wp + (gi * pl.nkb + kb) * wblock;
+      const float* bk = bias + (gi * pl.nkb + kb) * pl.KB;
+      const i64 k0 = gi * g.Kg + kb * pl.KB;
+      const i64 valid = std::min(pl.KB, g.Kg - kb * pl.KB);
+      const i64 CB = simd::direct_cblock(g, pl.KB);
+      for (i64 c0 = 0; c0 < g.Cg; c0 += CB) {
+        const i64 cn = std::min(CB, g.Cg - c0);
+        const bool first = c0 == 0, last = c0 + cn == g.Cg;
+        const float* wc = wk + c0 * g.R * g.S * pl.KB;
+        for (i64 t = 0; t < ntiles; ++t) {
+          const float* xs[MR];
+          float* ys[MR];
+          i64 pix[MR];
+          for (int i = 0; i < MR; ++i) {
+            i64 px = t * MR + i;
+            const bool real = px < npix;
+            if (!real) px = npix - 1;  // tile padding: recompute the last pixel, do not store
+            const i64 pq = a + px, p = pq / g.Q, q = pq % g.Q;
+            xs[i] = xn + (p * g.sh * pl.Wp + q * g.sw) * C + gi * g.Cg + c0;
+            ys[i] = real ? yt + px * K + k0 : nullptr;
+            pix[i] = pq;
+          }
+          direct_tile_epi<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first,
+                                        last && epi.n > 0 ? &epi : nullptr, pix, k0);
+        }
+      }
+    }
+  }
+  if (!pl.ybuf) return;
+  // NHWC block -> NCHW rows of y, 64 pixels at a time (their source lines stay in L1).
+  const i64 PQ = g.P * g.Q;
+  for (i64 pb = 0; pb < npix; pb += 64) {
+    const i64 pe = std::min(npix, pb + 64);
+    for (i64 k = 0; k < K; ++k) {
+      float* dst = y + (n * K + k) * PQ + a;
+      const float* src = yt + k;
+      for (i64 px = pb; px < pe; ++px) dst[px] = src[px * K];
+    }
+  }
+}
+
+// simd's direct_run: the rows of all images split evenly over the team, in blocks of <= RB rows
+// within one image; the epilogue's binary operands offset to each block's image.
+template <class Arch, int NV>
+void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* y,
+                const ChainEpilogue& epi, const i64* image_stride, const DirectState* st, int threads) {
+  const simd::ConvGeom& g = pl.g;
+  const i64 rows = g.N * g.P;
+  const auto work = [&](i64 b, i64 e, float* ytile) {
+    while (b < e) {
+      const i64 n = b / g.P, p0 = b % g.P, pe = std::min(g.P, p0 + (e - b));
+      ChainEpilogue en = epi;
+      for (int s = 0; s < en.n; ++s)
+        if (en.steps[s].kind == PostOp::Kind::binary) en.steps[s].p0 += n * image_stride[s];
+      const i64 nblk = (pe - p0 + pl.RB - 1) / pl.RB;
+      for (i64 j = 0; j < nblk; ++j) {
+        const i64 q0 = p0 + (pe - p0) * j / nblk, q1 = p0 + (pe - p0) * (j + 1) / nblk;
+        float* yt = pl.ybuf ? ytile : y + (n * g.P + q0) * g.Q * g.K;
+        direct_block<Arch, NV>(pl, xp, wp, bias, yt, y, en, n, q0, q1);
+      }
+      b += pe - p0;
+    }
+  };
+  const int t = static_cast<int>(
+      std::min<i64>(pl.ybuf ? std::min(simd::team_size(threads), st->slots) : simd::team_size(threads), rows));
+  float* tiles = pl.ybuf ? st->ytiles.data : nullptr;
+  if (t <= 1) {
+    work(0, rows, tiles);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  {
+    const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
+    if (b < e) work(b, e, tiles ? tiles + id * st->ytile_floats : nullptr);
+  }
+}
+
+// The geometry pack_direct_weights needs for the folded weights, which fold() writes dense
+// (K, Cg, R, S).
+simd::ConvGeom folded_geom(simd::ConvGeom g) {
+  g.ws = {g.Cg * g.R * g.S, g.R * g.S, g.S, 1, 0};
+  return g;
+}
+
+// Folded bias b' (K) -> the packed per-block bias [G][nkb * KB], zero past Kg.
+void pack_direct_bias(const simd::ConvGeom& g, i64 nkb, i64 KB, const float* b, float* out) {
+  for (i64 gi = 0; gi < g.G; ++gi)
+    for (i64 l = 0; l < nkb * KB; ++l) out[gi * nkb * KB + l] = l < g.Kg ? b[gi * g.Kg + l] : 0.f;
+}
+
+// Workspace sections of the direct kernel.
+struct DirectWs {
+  float *fw, *fb, *w, *b, *x, *epi;
+};
+template <class Arch>
+std::size_t direct_ws(const OpDesc& d, float* base, DirectWs* out) {
+  const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(d);
+  const simd::ConvGeom& g = pl.g;
+  Carver cv{base};
+  out->fw = cv.take(g.K * g.Cg * g.R * g.S);
+  out->fb = cv.take(g.K);
+  out->w = cv.take(pl.wfloats);
+  out->b = cv.take(g.G * pl.nkb * pl.KB);
+  out->x = pl.copy_x ? cv.take(g.N * pl.Hp * pl.Wp * g.C) : nullptr;
+  out->epi = cv.take(epilogue_ws(d.p<Conv2dParams>(), g.K));
+  return cv.used + 16;
+}
+
+}  // namespace
+}  // namespace OPFUSE_SIMD_NS
+
+template <class Arch>
+std::size_t Conv1x1::workspace(Arch, const OpDesc& desc) {
+  const Geom g = geom(desc);
+  Carver cv{nullptr};
+  cv.take(static_cast<i64>(conv1x1_sgemm_ws<Arch>(g)));
+  cv.take(g.K * g.C);
+  cv.take(g.K);
+  cv.take(epilogue_ws(desc.p<Conv2dParams>(), g.K));
+  return cv.used + 16;
+}
+
+template <class Arch>
+Status Conv1x1::prepare(Arch, const OpDesc& desc, const Context&, const Tensor* const* constants,
+                        std::shared_ptr<void>& state) {
+  const Geom g = geom(desc);
+  auto st = std::make_shared<Conv1x1State>();
+  if (fold_bound(desc, constants)) {
+    st->w = alloc_floats(static_cast<std::size_t>(g.K * g.C));
+    st->bias = alloc_floats(static_cast<std::size_t>(g.K));
+    fold(desc, g, constants, st->w.get(), st->bias.get());
+    if (g.nhwc) {
+      st->packed_b = alloc_floats(packed_b_size<Arch>(g.K, g.C));
+      pack_b<Arch>(st->w.get(), g.C, true, g.K, g.C, st->packed_b.get());
+    }
+    st->folded = true;
+  }
+  st->mults = bound_mults(desc, constants);
+  state = std::move(st);
+  return Status::ok();
+}
+
+template <class Arch>
+void Conv1x1::operator()(Arch, const KernelArgs& args) const {
+  const OpDesc& d = *args.desc;
+  const Geom g = geom(d);
+  const auto* st = static_cast<const Conv1x1State*>(args.state);
+  float* ws0 = args.workspace + (16 - reinterpret_cast<std::uintptr_t>(args.workspace) / sizeof(float) % 16) % 16;
+  Carver cv{ws0};
+  float* wsg = cv.take(static_cast<i64>(conv1x1_sgemm_ws<Arch>(g)));
+  float* wsw = cv.take(g.K * g.C);
+  float* wsb = cv.take(g.K);
+  float* wse = cv.take(epilogue_ws(d.p<Conv2dParams>(), g.K));
+
+  const float* w = st->w.get();
+  const float* bias = st->bias.get();
+  if (!st->folded) {
+    fold(d, g, args.in, wsw, wsb);
+    w = wsw;
+    bias = wsb;
+  }
+  const ChainEpilogue epi =
+      make_epilogue(d, g, args.in, &st->mults, wse, g.nhwc ? ConvView::pixel_rows : ConvView::channel_rows);
+  const float* x = args.in[0]->data();
+  float* y = args.out[0]->mutable_data();
+
+  SgemmArgs sg;
+  sg.workspace = wsg;
+  sg.threads = std::min(args.threads, max_threads());
+  if (g.nhwc) {
+    // y (NPQ x K) = x (NPQ x C) w'^T: w' is (K x C), i.e. op(B) = w'^T with trans_b.
+    sg.m = g.N * g.P * g.Q;
+    sg.n = g.K;
+    sg.k = g.C;
+    sg.a = x;
+    sg.lda = g.C;
+    sg.b = w;
+    sg.ldb = g.C;
+    sg.trans_b = true;
+    sg.packed_b = st->packed_b.get();
+    sg.c = y;
+    sg.ldc = g.K;
+    sg.bias = bias;
+    sg.bias_rs = 0;
+    sg.bias_cs = 1;
+    sgemm<Arch>(sg, epi);
+    return;
+  }
+  // Per image: y[n] (K x PQ) = w' (K x C) x[n] (C x PQ); output channels are the rows.
+  const i64 PQ = g.P * g.Q;
+  sg.m = g.K;
+  sg.n = PQ;
+  sg.k = g.C;
+  sg.a = w;
+  sg.lda = g.C;
+  sg.ldb = PQ;
+  sg.ldc = PQ;
+  sg.bias = bias;
+  sg.bias_rs = 1;
+  sg.bias_cs = 0;
+  sg.nc_cap = conv1x1_nc_cap<Arch>(g);
+  const auto& p = d.p<Conv2dParams>();
+  const std::vector<std::size_t> idx = operand_index(p);
+  for (i64 n = 0; n < g.N; ++n) {
+    ChainEpilogue e = epi;
+    for (int s = 0; s < e.n; ++s)
+      if (e.steps[s].kind == PostOp::Kind::binary) {
+        const std::size_t step = static_cast<std::size_t>(conv_folded_batchnorms(p) + s);
+        e.steps[s].p0 += n * conv_operand_strides(d.inputs[idx[step]]).n;
+      }
+    sg.b = x + n * g.C * PQ;
+    sg.c = y + n * g.K * PQ;
+    sgemm<Arch>(sg, e);
+  }
+}
+
+OPFUSE_SIMD_INSTANTIATE_PREPARED(Conv1x1);
+
+// ---- direct ------------------------------------------------------------------------------------
+
+template <class Arch>
+std::size_t ConvDirect::workspace(Arch, const OpDesc& desc) {
+  DirectWs w;
+  return direct_ws<Arch>(desc, nullptr, &w);
+}
+
+template <class Arch>
+Status ConvDirect::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const* constants,
+                           std::shared_ptr<void>& state) {
+  auto st = std::make_shared<DirectState>();
+  const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(desc);
+  const simd::ConvGeom& g = pl.g;
+  if (fold_bound(desc, constants)) {
+    std::vector<float> fw(static_cast<std::size_t>(g.K * g.Cg * g.R * g.S)), fb(static_cast<std::size_t>(g.K));
+    fold(desc, geom(desc), constants, fw.data(), fb.data());
+    st->weights.resize(static_cast<std::size_t>(pl.wfloats));
+    simd::pack_direct_weights(folded_geom(g), fw.data(), pl.KB, st->weights.data, ctx.threads);
+    st->bias.resize(static_cast<std::size_t>(g.G * pl.nkb * pl.KB));
+    pack_direct_bias(g, pl.nkb, pl.KB, fb.data(), st->bias.data);
+    st->packed = true;
+  }
+  if (pl.ybuf) {
+    st->slots = std::max(1, ctx.threads);
+    st->ytile_floats = gemm_round_up(pl.RB * g.Q * g.K, 16);
+    st->ytiles.resize(static_cast<std::size_t>(st->slots * st->ytile_floats));
+  }
+  st->mults = bound_mults(desc, constants);
+  state = std::move(st);
+  return Status::ok();
+}
+
+template <class Arch>
+void ConvDirect::operator()(Arch, const KernelArgs& args) const {
+  const OpDesc& d = *args.desc;
+  const auto* st = static_cast<const DirectState*>(args.state);
+  const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(d);
+  const simd::ConvGeom& g = pl.g;
+  DirectWs ws;
+  direct_ws<Arch>(d, args.workspace, &ws);
+  const int threads = args.threads;
+
+  const float* wp = st->weights.data;
+  const float* bias = st->bias.data;
+  if (!st->packed) {
+    fold(d, geom(d), args.in, ws.fw, ws.fb);
+    simd::pack_direct_weights(folded_geom(g), ws.fw, pl.KB, ws.w, threads);
+    pack_direct_bias(g, pl.nkb, pl.KB, ws.fb, ws.b);
+    wp = ws.w;
+    bias = ws.b;
+  }
+  const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, ws.epi, ConvView::image_pixels);
+  // Each binary step's operand stride between images (the tiles index pixels within an image).
+  i64 image_stride[kEpiMaxSteps] = {};
+  {
+    const auto& p = d.p<Conv2dParams>();
+    const std::vector<std::size_t> idx = operand_index(p);
+    const std::size_t f = static_cast<std::size_t>(conv_folded_batchnorms(p));
+    for (int s = 0; s < epi.n; ++s)
+      if (epi.steps[s].kind == PostOp::Kind::binary)
+        image_stride[s] = conv_operand_strides(d.inputs[idx[f + static_cast<std::size_t>(s)]]).n;
+  }
+
+  const float* xp = args.in[0]->data();
+  if (pl.copy_x) {
+    simd::pad_to_nhwc<Arch>(g, xp, ws.x, threads);
+    xp = ws.x;
+  }
+  float* y = args.out[0]->mutable_data();
+  switch (simd::DirectTile<Arch>::nv(g.Kg)) {
+    case 1: direct_run<Arch, 1>(pl, xp, wp, bias, y, epi, image_stride, st, threads); break;
+    case 2: direct_run<Arch, 2>(pl, xp, wp, bias, y, epi, image_stride, st, threads); break;
+    default:
+      if constexpr (std::is_same_v<Arch, avx512>)
+        direct_run<Arch, 4>(pl, xp, wp, bias, y, epi, image_stride, st, threads);
+      break;
+  }
+}
+
+OPFUSE_SIMD_INSTANTIATE_PREPARED(ConvDirect);
+
+}  // namespace opfuse::fused

@@ -1,0 +1,108 @@
+// fused/gemm_epilogue.hpp - a post-op chain as the epilogue of the simd GEMM micro-kernel
+// (internal header of the fused gemm and conv kernels; compiled once per ISA).
+//
+// simd/gemm_kernel.hpp's sgemm<Arch, Epi> hands every vector of a finished C tile to
+// Epi::apply on the last k block, after alpha, beta and the bias and before the store. This
+// epilogue runs the chain there, on the accumulator registers:
+//   batchnorm   y = (y - mean) * mult + shift, mult = scale / sqrt(var + eps) precomputed
+//               once per call (or at prepare), as one vector per column (gemm: the N axis) or
+//               one broadcast per row (a conv as GEMM: output channels are the rows)
+//   binary      y = y <op> operand, the operand read at (i, j) through (row, column) strides:
+//               a residual tile, a per-row or per-column vector, or a scalar
+//   activation  y = act(y), the vector activations of simd/activation.hpp
+// Nothing is written between the steps: y is stored once, and the operands are the only
+// extra reads (prefetched with the tile's C rows, see micro_tile).
+#pragma once
+
+#ifndef OPFUSE_SIMD_ISA
+#error "fused/gemm_epilogue.hpp is for the per-ISA fused/*.cpp"
+#endif
+
+#include <cstdint>
+
+#include "opfuse/ops.hpp"
+#include "simd/activation.hpp"
+#include "simd/common.hpp"
+#include "simd/gemm_kernel.hpp"
+
+namespace opfuse::fused {
+inline namespace OPFUSE_SIMD_NS {
+
+using simd::fbatch;
+
+inline constexpr int kEpiMaxSteps = 8;  // longer chains are declined by supports()
+
+// One step. Element (i, j) of an operand is at p[i * rs + j * cs]: cs 0 broadcasts along the
+// row, 1 is a vector load, anything else a gather (an NCHW operand in a channels-in-lanes tile).
+struct EpiStep {
+  PostOp::Kind kind = PostOp::Kind::activation;
+  BinaryKind binary = BinaryKind::add;
+  Activation act;
+  const float* p0 = nullptr;  // batchnorm: mean; binary: the operand
+  const float* p1 = nullptr;  // batchnorm: mult = scale / sqrt(var + eps)
+  const float* p2 = nullptr;  // batchnorm: shift (the batchnorm's bias)
+  std::int64_t rs = 0, cs = 0;
+};
+
+struct ChainEpilogue {
+  static constexpr bool enabled = true;
+  int n = 0;
+  EpiStep steps[kEpiMaxSteps];
+
+  EpiStep& add(PostOp::Kind kind) {
+    EpiStep& s = steps[n++];
+    s = EpiStep{};
+    s.kind = kind;
+    return s;
+  }
+
+  // The residual rows of the tile at (i, j), `rows` x nr, towards L2 (l = 2) or L1 (l = 3).
+  template <class Arch>
+  void prefetch(std::int64_t i, std::int64_t j, int rows, int l) const {
+    constexpr std::int64_t nr = simd::GemmTile<Arch>::nr;
+    for (int s = 0; s < n; ++s) {
+      const EpiStep& st = steps[s];
+      if (st.kind != PostOp::Kind::binary || st.cs != 1 || st.rs == 0) continue;
+      for (int r = 0; r < rows; ++r) {
+        const float* p = st.p0 + (i + r) * st.rs + j;
+        if (l == 3) {
+          __builtin_prefetch(p, 0, 3);
+          __builtin_prefetch(p + nr - 1, 0, 3);
+        } else {
+          __builtin_prefetch(p, 0, 2);
+          __builtin_prefetch(p + nr - 1, 0, 2);
+        }
+      }
+    }
+  }
+
+  template <class Arch>
+  fbatch<Arch> apply(fbatch<Arch> x, std::int64_t i, std::int64_t j, std::int64_t cnt) const {
+    using B = fbatch<Arch>;
+    constexpr std::int64_t W = B::size;
+    // Operand vector at (i, j): a broadcast when cs == 0, else cnt floats cs apart (a partial
+    // or strided vector goes through a zero-filled buffer: nothing past the valid columns is read).
+    const auto load = [&](const float* p, std::int64_t rs, std::int64_t cs) {
+      const float* q = p + i * rs + j * cs;
+      if (cs == 0) return B(*q);
+      if (cs == 1 && cnt == W) return B::load_unaligned(q);
+      alignas(64) float t[W] = {};
+      for (std::int64_t l = 0; l < cnt; ++l) t[l] = q[l * cs];
+      return B::load_aligned(t);
+    };
+    for (int s = 0; s < n; ++s) {
+      const EpiStep& st = steps[s];
+      if (st.kind == PostOp::Kind::batchnorm) {
+        x = xsimd::fma(x - load(st.p0, st.rs, st.cs), load(st.p1, st.rs, st.cs), load(st.p2, st.rs, st.cs));
+      } else if (st.kind == PostOp::Kind::binary) {
+        x = simd::binary_op<Arch>(st.binary, x, load(st.p0, st.rs, st.cs));
+      } else {
+        x = simd::activate<Arch>(st.act, x);
+      }
+    }
+    return x;
+  }
+};
+
+}  // namespace OPFUSE_SIMD_NS
+}  // namespace opfuse::fused
