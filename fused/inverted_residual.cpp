@@ -1,0 +1,450 @@
+// fused/inverted_residual.cpp - the MobileNetV2 inverted residual block without its intermediates
+// in memory: the expanded rows live in a rolling 3-row band per thread (L2), the depthwise output
+// in a pixel tile (L1), and y is written once.
+//
+// naive: expand 1x1, depthwise 3x3 and project 1x1 as naive conv2d calls, each followed by a full
+//        batchnorm pass and (expand, depthwise) a ReLU6 pass; e (N, Ce, H, W) and d (N, Ce, P, Q)
+//        are materialized in the workspace (naive/inverted_residual.cpp).
+// simd:  the same three steps, each the best simd conv2d kernel with its batchnorm / ReLU6 /
+//        residual add as a post-op chain; e and d still go through memory (the workspace).
+// fused: at prepare the three batchnorms are folded into the weights and biases (scale / sqrt(var
+//        + eps) multiplies each output channel's weights, bias - mean * that is the bias) and
+//        packed channels-last with Ce padded to the vector width: w_expand as [Cin][Ce], w_dw as
+//        [9][Ce], w_project as [Ce][Cout]. (Weights not bound at prepare are folded the same way
+//        per call into the workspace.) Execute walks the output rows of each thread's share in
+//        order. An output row needs expanded rows p*s - 1 .. p*s + 1; each expanded row is
+//        computed once into a ring of 3 channels-last rows of (W + 2) pixels x Ce (zero columns
+//        either side, a shared zero row above and below the image) - a 1x1 GEMM whose register
+//        tile is 8 pixels x 3 vectors of Ce (AVX-512), x broadcast straight from its NCHW (or NHWC)
+//        address, bias and ReLU6 applied before the single store. Then, per tile of 6 output
+//        pixels, the depthwise 3x3 (+ bias, ReLU6) reads the ring and writes a 6 x Ce tile that
+//        stays in L1, and the projection (6 pixels x up to 4 vectors of Cout in registers, one
+//        broadcast of d per Ce step) adds bias and the residual and stores y. Stride 2 is just a
+//        pixel step of 2 in the depthwise loads, so both strides and both layouts share the code.
+//        Threads split the N * P output rows; each thread recomputes at most 2 halo rows.
+//        Padded Ce lanes never reach y (the projection loops over the real Ce), so NaN in x
+//        cannot leak through the zero padding.
+// Bytes (MobileNetV2 24-channel block, 56x56, t6, Ce = 144): the expanded tensor would take
+// 144 * 56 * 56 * 4 = 1.8 MB (e) plus 1.8 MB (d); the fused kernel's per-thread buffers are
+// 3 * 58 * 144 * 4 = 100 KB (ring) + 3.5 KB (d tile).
+// Measured: filled from opfuse-bench (see below).
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "fused/inverted_residual.hpp"
+#include "simd/common.hpp"
+
+namespace opfuse::fused {
+inline namespace OPFUSE_SIMD_NS {
+
+using simd::fbatch;
+using i64 = std::int64_t;
+
+namespace {
+
+// Register tiles per ISA: expand = px pixels x nv vectors of Ce; project = q pixels x up to nv
+// vectors of Cout.
+//   avx512: expand 8 x 3 = 24 zmm accumulators + 3 weights + 1 broadcast; project 6 x 4 = 24.
+//   avx2:   expand 6 x 2 = 12 ymm + 2 + 1; project 6 x 2 = 12.
+//   sse2:   expand 4 x 2 = 8 xmm + 2 + 1 + 1 product (no FMA); project 4 x 2 = 8.
+template <class Arch>
+struct IrTile;
+template <>
+struct IrTile<simd::avx512> {
+  static constexpr int ex_px = 8, ex_nv = 3, pj_q = 6, pj_nv = 4;
+};
+template <>
+struct IrTile<simd::avx2> {
+  static constexpr int ex_px = 6, ex_nv = 2, pj_q = 6, pj_nv = 2;
+};
+template <>
+struct IrTile<simd::sse2> {
+  static constexpr int ex_px = 4, ex_nv = 2, pj_q = 4, pj_nv = 2;
+};
+
+constexpr i64 rup(i64 v, i64 m) { return (v + m - 1) / m * m; }
+
+// Calls fn(std::integral_constant<int, K>{}) for the runtime k in [1, Max]: tile sizes that the
+// register tiles need at compile time.
+template <int Max, class Fn>
+inline void with_count(i64 k, Fn&& fn) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((k == I + 1 ? (fn(std::integral_constant<int, I + 1>{}), 0) : 0), ...);
+  }
+  (std::make_integer_sequence<int, Max>{});
+}
+
+// Where the folded, packed weights sit in a block of floats (offsets, each 16-float aligned).
+struct Packed {
+  i64 Cep = 0, Cop = 0;  // Ce and Cout padded to the vector width
+  i64 we = 0, b1 = 0, wd = 0, b2 = 0, wp = 0, b3 = 0, total = 0;
+};
+
+template <class Arch>
+Packed packed_layout(const IrGeometry& g) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  Packed L;
+  L.Cep = rup(g.Ce, Wd);
+  L.Cop = rup(g.Cout, Wd);
+  i64 at = 0;
+  auto take = [&](i64 n) {
+    const i64 o = at;
+    at += rup(n, 16);
+    return o;
+  };
+  L.we = take(g.expand ? g.Cin * L.Cep : 0);
+  L.b1 = take(L.Cep);
+  L.wd = take(9 * L.Cep);
+  L.b2 = take(L.Cep);
+  L.wp = take(g.Ce * L.Cop);
+  L.b3 = take(L.Cop);
+  L.total = at;
+  return L;
+}
+
+// Folds bn into per-channel (a, b): bn(v) = v * a + b.
+struct Fold {
+  const float *scale, *bias, *mean, *var;
+  float eps;
+  void at(i64 c, float& a, float& b) const {
+    a = scale[c] / std::sqrt(var[c] + eps);
+    b = bias[c] - mean[c] * a;
+  }
+};
+Fold fold_of(const Tensor* const* in, std::size_t first, float eps) {
+  return {in[first]->data(), in[first + 1]->data(), in[first + 2]->data(), in[first + 3]->data(), eps};
+}
+
+// w_expand (Ce, Cin, 1, 1), w_dw (Ce, 1, 3, 3), w_project (Cout, Ce, 1, 1) (dense: 1-channel and
+// 1x1 dims make both layouts the same memory order) -> the packed, folded block.
+void fold_pack(const IrGeometry& g, float eps, const Tensor* const* in, const Packed& L, float* out) {
+  std::memset(out, 0, static_cast<std::size_t>(L.total) * sizeof(float));
+  float a = 0, b = 0;
+  if (g.expand) {
+    const float* w = in[1]->data();
+    const Fold f = fold_of(in, 2, eps);
+    for (i64 ce = 0; ce < g.Ce; ++ce) {
+      f.at(ce, a, b);
+      for (i64 c = 0; c < g.Cin; ++c) out[L.we + c * L.Cep + ce] = w[ce * g.Cin + c] * a;
+      out[L.b1 + ce] = b;
+    }
+  }
+  {
+    const float* w = in[g.dw]->data();
+    const Fold f = fold_of(in, g.dw + 1, eps);
+    for (i64 ce = 0; ce < g.Ce; ++ce) {
+      f.at(ce, a, b);
+      for (i64 t = 0; t < 9; ++t) out[L.wd + t * L.Cep + ce] = w[ce * 9 + t] * a;
+      out[L.b2 + ce] = b;
+    }
+  }
+  {
+    const float* w = in[g.project]->data();
+    const Fold f = fold_of(in, g.project + 1, eps);
+    for (i64 co = 0; co < g.Cout; ++co) {
+      f.at(co, a, b);
+      for (i64 ce = 0; ce < g.Ce; ++ce) out[L.wp + ce * L.Cop + co] = w[co * g.Ce + ce] * a;
+      out[L.b3 + co] = b;
+    }
+  }
+}
+
+struct AlignedBuf {
+  float* data = nullptr;
+  ~AlignedBuf() { std::free(data); }
+  bool alloc(std::size_t floats) {
+    const std::size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    data = static_cast<float*>(std::aligned_alloc(64, bytes ? bytes : 64));
+    if (data) std::memset(data, 0, bytes);
+    return data != nullptr;
+  }
+};
+
+struct IrState {
+  IrGeometry g;
+  Packed L;
+  bool packed = false;
+  AlignedBuf weights;   // L.total floats when every weight and bn vector was bound at prepare
+  AlignedBuf zero_row;  // (W + 2) * Cep zeros: the depthwise padding above and below the image
+  AlignedBuf scratch;   // per thread: ring (3 rows) + d tile + y tile
+  std::size_t per_thread = 0;
+  int threads = 1;
+};
+
+template <class Arch>
+inline fbatch<Arch> relu6(fbatch<Arch> v) {
+  using B = fbatch<Arch>;
+  const B zero(0.f), six(6.f);
+  return xsimd::select(v < zero, zero, xsimd::select(v > six, six, v));  // NaN stays NaN
+}
+
+// ---- expand: one row of e = relu6(x_row W_e + b1), channels-last ----------------------------------
+
+// PX pixels x NV vectors of Ce. x: the row's first pixel of this tile at channel 0; CL: x is
+// channels-last (channel step 1, pixel step xs_w) else channel step xs_c, pixel step 1.
+template <class Arch, int PX, int NV, bool CL>
+inline void expand_tile(const float* x, i64 xs_c, i64 xs_w, i64 Cin, const float* w, const float* b1, i64 Cep,
+                        float* e) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  B acc[PX][NV];
+  for (int v = 0; v < NV; ++v) {
+    const B bv = B::load_aligned(b1 + v * Wd);
+    for (int p = 0; p < PX; ++p) acc[p][v] = bv;
+  }
+  for (i64 c = 0; c < Cin; ++c) {
+    B wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = B::load_aligned(w + c * Cep + v * Wd);
+    for (int p = 0; p < PX; ++p) {
+      const B xb(CL ? x[p * xs_w + c] : x[c * xs_c + p]);
+      for (int v = 0; v < NV; ++v) acc[p][v] = xsimd::fma(xb, wv[v], acc[p][v]);
+    }
+  }
+  for (int p = 0; p < PX; ++p)
+    for (int v = 0; v < NV; ++v) relu6<Arch>(acc[p][v]).store_aligned(e + p * Cep + v * Wd);
+}
+
+template <class Arch, int NV, bool CL>
+void expand_cols(const float* x, i64 xs_c, i64 xs_w, i64 W, i64 Cin, const float* w, const float* b1, i64 Cep,
+                 float* e) {
+  constexpr int PX = IrTile<Arch>::ex_px;
+  if (W < PX) {  // one tile of exactly W pixels
+    with_count<PX - 1>(
+        W, [&](auto px) { expand_tile<Arch, decltype(px)::value, NV, CL>(x, xs_c, xs_w, Cin, w, b1, Cep, e); });
+    return;
+  }
+  for (i64 q0 = 0; q0 < W; q0 += PX) {
+    const i64 q = q0 + PX <= W ? q0 : W - PX;  // the last tile overlaps its neighbour: same values again
+    expand_tile<Arch, PX, NV, CL>(x + q * xs_w, xs_c, xs_w, Cin, w, b1, Cep, e + q * Cep);
+  }
+}
+
+template <class Arch, bool CL>
+void expand_row(const IrGeometry& g, const Packed& L, const float* wts, const float* x, i64 xs_c, i64 xs_w, float* e) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  constexpr int NVmax = IrTile<Arch>::ex_nv;
+  const i64 nce = L.Cep / Wd;
+  for (i64 cv = 0; cv < nce; cv += NVmax) {
+    const i64 nv = std::min<i64>(NVmax, nce - cv);
+    const float* w = wts + L.we + cv * Wd;
+    const float* b1 = wts + L.b1 + cv * Wd;
+    float* ec = e + cv * Wd;
+    if (nv == NVmax)
+      expand_cols<Arch, NVmax, CL>(x, xs_c, xs_w, g.W, g.Cin, w, b1, L.Cep, ec);
+    else if (nv == 1)
+      expand_cols<Arch, 1, CL>(x, xs_c, xs_w, g.W, g.Cin, w, b1, L.Cep, ec);
+    else if constexpr (NVmax > 2)
+      expand_cols<Arch, 2, CL>(x, xs_c, xs_w, g.W, g.Cin, w, b1, L.Cep, ec);
+  }
+}
+
+// No expand conv: e is x itself, copied channels-last (padded Ce lanes stay zero from prepare).
+void copy_row(const IrGeometry& g, const Packed& L, const float* x, i64 xs_c, i64 xs_w, float* e) {
+  for (i64 q = 0; q < g.W; ++q)
+    for (i64 c = 0; c < g.Cin; ++c) e[q * L.Cep + c] = x[q * xs_w + c * xs_c];
+}
+
+// ---- depthwise: a tile of cnt output pixels, d = relu6(dw3x3(e) + b2), channels-last ------------
+
+template <class Arch>
+void dw_tile(const float* const* rows, i64 stride, i64 q0, i64 cnt, const float* wd, const float* b2, i64 Cep,
+             float* dt) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  for (i64 cv = 0; cv < Cep; cv += Wd) {
+    B w[9];
+    for (int t = 0; t < 9; ++t) w[t] = B::load_aligned(wd + t * Cep + cv);
+    const B bias = B::load_aligned(b2 + cv);
+    for (i64 qi = 0; qi < cnt; ++qi) {
+      const i64 off = (q0 + qi) * stride * Cep + cv;  // padded pixel (q * s) is the tap s = 0 column
+      B acc = bias;
+      for (int r = 0; r < 3; ++r)
+        for (int s = 0; s < 3; ++s) acc = xsimd::fma(B::load_aligned(rows[r] + off + s * Cep), w[r * 3 + s], acc);
+      relu6<Arch>(acc).store_aligned(dt + qi * Cep + cv);
+    }
+  }
+}
+
+// ---- project: TQ pixels x NV vectors of Cout, y_tile = d_tile W_p + b3 ---------------------------
+
+template <class Arch, int TQ, int NV>
+inline void project_block(const float* dt, i64 Cep, i64 Ce, const float* wp, i64 Cop, const float* b3, float* yt) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  B acc[TQ][NV];
+  for (int v = 0; v < NV; ++v) {
+    const B bv = B::load_aligned(b3 + v * Wd);
+    for (int q = 0; q < TQ; ++q) acc[q][v] = bv;
+  }
+  for (i64 ce = 0; ce < Ce; ++ce) {  // the real channels only: padded lanes of d never reach y
+    B wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = B::load_aligned(wp + ce * Cop + v * Wd);
+    for (int q = 0; q < TQ; ++q) {
+      const B db(dt[q * Cep + ce]);
+      for (int v = 0; v < NV; ++v) acc[q][v] = xsimd::fma(db, wv[v], acc[q][v]);
+    }
+  }
+  for (int q = 0; q < TQ; ++q)
+    for (int v = 0; v < NV; ++v) acc[q][v].store_aligned(yt + q * Cop + v * Wd);
+}
+
+// cnt (1 .. pj_q) pixels of the d tile -> the y tile [cnt][Cop].
+template <class Arch>
+void project_tile(const Packed& L, i64 Ce, const float* wts, const float* dt, i64 cnt, float* yt) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  constexpr int TQ = IrTile<Arch>::pj_q, NVmax = IrTile<Arch>::pj_nv;
+  const i64 ncv = L.Cop / Wd;
+  for (i64 cv = 0; cv < ncv; cv += NVmax) {
+    const i64 nv = std::min<i64>(NVmax, ncv - cv);
+    const float* wp = wts + L.wp + cv * Wd;
+    const float* b3 = wts + L.b3 + cv * Wd;
+    float* y = yt + cv * Wd;
+    with_count<TQ>(cnt, [&](auto tq) {
+      with_count<NVmax>(nv, [&](auto v) {
+        project_block<Arch, decltype(tq)::value, decltype(v)::value>(dt, L.Cep, Ce, wp, L.Cop, b3, y);
+      });
+    });
+  }
+}
+
+// ---- one thread's share of output rows ------------------------------------------------------------
+
+struct Io {
+  const float* x;
+  float* y;
+  std::array<i64, kMaxRank> xs, ys;  // logical (n, c, h, w) strides
+};
+
+template <class Arch>
+void run_rows(const IrState& st, const float* wts, const Io& io, i64 begin, i64 end, float* buf) {
+  const IrGeometry& g = st.g;
+  const Packed& L = st.L;
+  constexpr int TQ = IrTile<Arch>::pj_q;
+  const i64 row_floats = (g.W + 2) * L.Cep;
+  float* ring = buf;
+  float* dt = ring + 3 * row_floats;
+  float* yt = dt + TQ * L.Cep;
+  i64 tag[3] = {-1, -1, -1};
+  i64 cur_n = -1;
+  const float* rows[3];
+  for (i64 t = begin; t < end; ++t) {
+    const i64 n = t / g.P, p = t % g.P;
+    if (n != cur_n) tag[0] = tag[1] = tag[2] = -1, cur_n = n;
+    const float* xn = io.x + n * io.xs[0];
+    for (int r = 0; r < 3; ++r) {
+      const i64 h = p * g.stride - 1 + r;
+      if (h < 0 || h >= g.H) {
+        rows[r] = st.zero_row.data;
+        continue;
+      }
+      const auto slot = static_cast<std::size_t>(h % 3);
+      float* e = ring + static_cast<i64>(slot) * row_floats;
+      if (tag[slot] != h) {
+        const float* xr = xn + h * io.xs[2];
+        if (!g.expand)
+          copy_row(g, L, xr, io.xs[1], io.xs[3], e + L.Cep);
+        else if (g.nhwc)
+          expand_row<Arch, true>(g, L, wts, xr, io.xs[1], io.xs[3], e + L.Cep);
+        else
+          expand_row<Arch, false>(g, L, wts, xr, io.xs[1], io.xs[3], e + L.Cep);
+        tag[slot] = h;
+      }
+      rows[r] = e;
+    }
+    float* yrow = io.y + n * io.ys[0] + p * io.ys[2];
+    const float* xres = xn + p * io.xs[2];  // residual: stride 1, so output row p is input row p
+    // Tiles of at most TQ pixels, balanced (Q = 7 is 4 + 3, not 6 + 1).
+    const i64 ntiles = (g.Q + TQ - 1) / TQ, base = g.Q / ntiles, extra = g.Q % ntiles;
+    for (i64 tile = 0, q0 = 0, cnt = 0; tile < ntiles; ++tile, q0 += cnt) {
+      cnt = base + (tile < extra ? 1 : 0);
+      dw_tile<Arch>(rows, g.stride, q0, cnt, wts + L.wd, wts + L.b2, L.Cep, dt);
+      project_tile<Arch>(L, g.Ce, wts, dt, cnt, yt);
+      // y tile [cnt][Cout] -> y (+ x), in y's layout.
+      if (g.nhwc) {
+        for (i64 qi = 0; qi < cnt; ++qi) {
+          float* yq = yrow + (q0 + qi) * io.ys[3];
+          const float* src = yt + qi * L.Cop;
+          if (g.residual) {
+            const float* xq = xres + (q0 + qi) * io.xs[3];
+            for (i64 co = 0; co < g.Cout; ++co) yq[co] = src[co] + xq[co];
+          } else {
+            std::memcpy(yq, src, static_cast<std::size_t>(g.Cout) * sizeof(float));
+          }
+        }
+      } else {
+        for (i64 co = 0; co < g.Cout; ++co) {
+          float* yc = yrow + co * io.ys[1] + q0;
+          const float* src = yt + co;
+          if (g.residual) {
+            const float* xc = xres + co * io.xs[1] + q0;
+            for (i64 qi = 0; qi < cnt; ++qi) yc[qi] = src[qi * L.Cop] + xc[qi];
+          } else {
+            for (i64 qi = 0; qi < cnt; ++qi) yc[qi] = src[qi * L.Cop];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace OPFUSE_SIMD_NS
+
+template <class Arch>
+std::size_t InvertedResidual::workspace(Arch, const OpDesc& desc) {
+  // The folded weights, used when they were not bound at prepare.
+  return static_cast<std::size_t>(packed_layout<Arch>(ir_geometry(desc)).total);
+}
+
+template <class Arch>
+Status InvertedResidual::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const* constants,
+                                 std::shared_ptr<void>& state) {
+  auto st = std::make_shared<IrState>();
+  st->g = ir_geometry(desc);
+  st->L = packed_layout<Arch>(st->g);
+  const IrGeometry& g = st->g;
+  const Packed& L = st->L;
+  st->threads = ctx.threads > 0 ? ctx.threads : 1;
+  const i64 row_floats = (g.W + 2) * L.Cep;
+  st->per_thread = static_cast<std::size_t>(rup(3 * row_floats + IrTile<Arch>::pj_q * (L.Cep + L.Cop), 16));
+  // Zeroed once: the ring's padding columns (and padded Ce lanes without expansion) are never written.
+  if (!st->scratch.alloc(st->per_thread * static_cast<std::size_t>(st->threads)) ||
+      !st->zero_row.alloc(static_cast<std::size_t>(row_floats)))
+    return {StatusCode::out_of_memory, "inverted_residual: cannot allocate the band buffers"};
+  bool all_bound = constants != nullptr;
+  for (std::size_t i = 1; all_bound && i < desc.inputs.size(); ++i) all_bound = constants[i] != nullptr;
+  if (all_bound) {
+    if (!st->weights.alloc(static_cast<std::size_t>(L.total)))
+      return {StatusCode::out_of_memory, "inverted_residual: cannot allocate the packed weights"};
+    fold_pack(g, desc.p<InvertedResidualParams>().epsilon, constants, L, st->weights.data);
+    st->packed = true;
+  }
+  state = std::move(st);
+  return Status::ok();
+}
+
+template <class Arch>
+void InvertedResidual::operator()(Arch, const KernelArgs& args) const {
+  const auto& st = *static_cast<const IrState*>(args.state);
+  const IrGeometry& g = st.g;
+  const float* wts = st.weights.data;
+  if (!st.packed) {
+    fold_pack(g, args.desc->p<InvertedResidualParams>().epsilon, args.in, st.L, args.workspace);
+    wts = args.workspace;
+  }
+  const Tensor& x = *args.in[0];
+  const Tensor& y = *args.out[0];
+  const Io io{x.data(), y.mutable_data(), x.strides(), y.strides()};
+  const int threads = std::min(args.threads, st.threads);
+  simd::parallel_tid(g.N * g.P, threads, 1, [&](int tid, i64 b, i64 e) {
+    run_rows<Arch>(st, wts, io, b, e, st.scratch.data + static_cast<std::size_t>(tid) * st.per_thread);
+  });
+}
+
+OPFUSE_SIMD_INSTANTIATE_PREPARED(InvertedResidual);
+
+}  // namespace opfuse::fused
