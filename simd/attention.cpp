@@ -30,6 +30,7 @@
 // measured (opfuse-bench, t1, medians of 3, one run, 2-core Zen 5):
 //   attention/simd vs attention/onednn: s128 MEASURE_S128, s512 MEASURE_S512.
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -78,10 +79,15 @@ Layout layout_of(const OpDesc& desc) {
   l.ld = round16(Skv);
   l.rows = Sq;  // one thread may hold a whole head (threads <= heads, or a single thread)
   l.scores = checked_mul(l.rows, l.ld);
-  const std::int64_t m = Sq > 0 ? Sq : 1;
-  const auto qk = static_cast<std::int64_t>(sgemm_workspace<Arch>(m, Skv > 0 ? Skv : 1, D > 0 ? D : 1, 1));
-  const auto pv = static_cast<std::int64_t>(sgemm_workspace<Arch>(m, Dv > 0 ? Dv : 1, Skv > 0 ? Skv : 1, 1));
-  l.gemm = round16(qk > pv ? qk : pv);
+  // sgemm_workspace grows with m and n but not with k (a k that fits one KC block is packed
+  // whole, a slightly larger one in two halves), and the causal bands' PV GEMMs use every k up
+  // to Skv: take the largest over the k a KC block can hold, and Skv itself.
+  const auto ws = [](std::int64_t m, std::int64_t n, std::int64_t k) {
+    return static_cast<std::int64_t>(sgemm_workspace<Arch>(m > 0 ? m : 1, n > 0 ? n : 1, k > 0 ? k : 1, 1));
+  };
+  l.gemm = std::max(ws(Sq, Skv, D), ws(Sq, Dv, Skv));
+  for (std::int64_t k = 1; k <= std::min<std::int64_t>(Skv, 1024); ++k) l.gemm = std::max(l.gemm, ws(Sq, Dv, k));
+  l.gemm = round16(l.gemm);
   if (l.scores < 0 || l.scores > std::numeric_limits<std::int64_t>::max() / 8) {
     l.total = -1;
     return l;
