@@ -1,6 +1,7 @@
 // naive/common.cpp - scalar activations, binary ops, broadcasting and post-op passes.
 #include "common.hpp"
 
+#include <cassert>
 #include <cmath>
 
 namespace opfuse::naive {
@@ -99,7 +100,7 @@ void batchnorm_pass(const Tensor& x, const Tensor& y, const Tensor& scale, const
   } while (next_index(idx, shape));
 }
 
-void apply_post_ops(const PostOps& post_ops, const Tensor& y, const Tensor* const* operands) {
+void apply_post_ops(const PostOps& post_ops, const Tensor& y, const Tensor* const* operands, const Tensor* pooled) {
   // One full pass over y per step: exactly the memory traffic the fused stage avoids.
   for (const PostOp& p : post_ops) {
     switch (p.kind) {
@@ -108,6 +109,10 @@ void apply_post_ops(const PostOps& post_ops, const Tensor& y, const Tensor* cons
         break;
       case PostOp::Kind::binary: binary_pass(p.binary, y, *operands[0], y); break;
       case PostOp::Kind::activation: activation_pass(p.act, y, y); break;
+      case PostOp::Kind::pool:  // the last step (validated): y, the conv output, into *pooled
+        assert(pooled && "a pool post-op needs the pooled output");
+        pool2d_pass(y, *pooled, p.pool_params(), true);
+        break;
     }
     operands += post_op_operands(p);
   }

@@ -60,8 +60,14 @@ void conv2d_pass(const Tensor& x, const Tensor& w, const Tensor* bias, const Ten
 
 // Runs a conv2d/gemm post-op chain over y in place, one materialized pass per step.
 // `operands` points at the first post-op operand tensor; channels are logical dim 1 of y
-// (C for conv2d outputs (N,C,P,Q), N for gemm outputs (M,N)).
-void apply_post_ops(const PostOps& post_ops, const Tensor& y, const Tensor* const* operands);
+// (C for conv2d outputs (N,C,P,Q), N for gemm outputs (M,N)). A pool step (conv2d only, always
+// last) is the one step that cannot run in place: it max-pools y into *pooled.
+void apply_post_ops(const PostOps& post_ops, const Tensor& y, const Tensor* const* operands,
+                    const Tensor* pooled = nullptr);
+
+// y = maxpool2d(x) (is_max) or avgpool2d(x) with p's window; y's P, Q come from y. Defined in
+// pool.cpp; the maxpool2d/avgpool2d ops and conv2d's pool post-op both run it.
+void pool2d_pass(const Tensor& x, const Tensor& y, const Pool2dParams& p, bool is_max);
 
 // y = batchnorm(x) per channel (logical dim 1): scale * (x - mean) / sqrt(var + eps) + bias.
 // x and y may be the same tensor.

@@ -11,7 +11,9 @@
 // channel per output channel). The naive kernel is the direct seven-loop nest, one output element
 // at a time, reading every tensor through its logical strides so NCHW and NHWC activations and
 // either weight layout all go through the same code. The post-op chain (batchnorm per channel,
-// binary such as a residual add, activation) then runs as separate full passes over y.
+// binary such as a residual add, activation) then runs as separate full passes over y. A pool
+// post-op (conv + bn + relu + maxpool, the ResNet stem) needs the whole conv output first: it
+// is materialized in the workspace, the chain runs over it, and the pool pass writes y.
 //
 // What the simd stage changes: it works channels-last, packs the weights so that a vector of
 // output channels is contiguous, and accumulates a register tile of (output pixels x output
@@ -74,17 +76,43 @@ void conv2d_pass(const Tensor& x, const Tensor& w, const Tensor* bias, const Ten
       }
     }
   }
+}
 
+// The conv output before a pool post-op, (N, K, P, Q) in x's layout; rank 0 without one.
+static TensorDesc conv_output(const OpDesc& d) {
+  const Conv2dParams& p = d.p<Conv2dParams>();
+  if (p.post_ops.empty() || p.post_ops.back().kind != PostOp::Kind::pool) return {};
+  const Shape& x = d.inputs[0].shape;
+  const Shape& w = d.inputs[1].shape;
+  const std::int64_t P = (x[2] + p.pad_top + p.pad_bottom - p.dilation_h * (w[2] - 1) - 1) / p.stride_h + 1;
+  const std::int64_t Q = (x[3] + p.pad_left + p.pad_right - p.dilation_w * (w[3] - 1) - 1) / p.stride_w + 1;
+  return {Shape{x[0], w[0], P, Q}, d.inputs[0].layout};
+}
+
+std::size_t conv2d_workspace(const OpDesc& d) {
+  const TensorDesc t = conv_output(d);
+  if (t.shape.rank == 0) return 0;
+  return product_or_max({t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
 }
 
 void conv2d(const KernelArgs& args) {
   assert(args.desc && args.desc->op == OpKind::conv2d);
   const Conv2dParams& p = args.desc->p<Conv2dParams>();
   const Tensor& y = *args.out[0];
-  conv2d_pass(*args.in[0], *args.in[1], p.has_bias ? args.in[2] : nullptr, y, p);
   // Post-op operands come right after the op's own inputs: x, w, [bias].
   const int first_operand = p.has_bias ? 3 : 2;
-  apply_post_ops(p.post_ops, y, args.in + first_operand);
+  // With a pool post-op the conv output is materialized in the workspace (a view: nothing is
+  // allocated here), the chain runs over it, and its pool step writes y.
+  const TensorDesc t = conv_output(*args.desc);
+  if (t.shape.rank == 0) {
+    conv2d_pass(*args.in[0], *args.in[1], p.has_bias ? args.in[2] : nullptr, y, p);
+    apply_post_ops(p.post_ops, y, args.in + first_operand);
+    return;
+  }
+  Result<Tensor> tv = Tensor::view(args.workspace, t.shape, t.layout);
+  assert(tv.is_ok());
+  conv2d_pass(*args.in[0], *args.in[1], p.has_bias ? args.in[2] : nullptr, *tv, p);
+  apply_post_ops(p.post_ops, *tv, args.in + first_operand, &y);
 }
 
 }  // namespace opfuse::naive

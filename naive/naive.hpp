@@ -24,5 +24,6 @@ void attention(const KernelArgs& a);       // attention.cpp
 std::size_t attention_workspace(const OpDesc& d);
 void inverted_residual(const KernelArgs& a);  // inverted_residual.cpp
 std::size_t inverted_residual_workspace(const OpDesc& d);
+std::size_t conv2d_workspace(const OpDesc& d);  // conv.cpp: the conv output before a pool post-op
 
 }  // namespace opfuse::naive

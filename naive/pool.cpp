@@ -22,7 +22,9 @@
 // What the simd stage changes: it works channels-last and vectorizes across channels, so one
 // window walk produces a vector of outputs, and splits the output into a border (bounds
 // checks) and an interior (none). Pooling is a standalone memory-bound op; the fused stage has
-// nothing to keep in registers beyond what simd does except when it follows a convolution.
+// nothing to keep in registers beyond what simd does except when it follows a convolution:
+// conv2d's pool post-op (the ResNet stem's conv + bn + relu + maxpool) runs pool2d_pass on the
+// materialized conv output here, and fused/conv_pool.cpp never writes that output at all.
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -33,13 +35,7 @@
 
 namespace opfuse::naive {
 
-void pool2d(const KernelArgs& args) {
-  assert(args.desc && (args.desc->op == OpKind::maxpool2d || args.desc->op == OpKind::avgpool2d));
-  const bool is_max = args.desc->op == OpKind::maxpool2d;
-  const Pool2dParams& p = args.desc->p<Pool2dParams>();
-  const Tensor& x = *args.in[0];
-  const Tensor& y = *args.out[0];
-
+void pool2d_pass(const Tensor& x, const Tensor& y, const Pool2dParams& p, bool is_max) {
   const std::int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const std::int64_t P = y.dim(2), Q = y.dim(3);  // already floor/ceil-derived by validation
   assert(y.dim(0) == N && y.dim(1) == C);
@@ -90,6 +86,11 @@ void pool2d(const KernelArgs& args) {
       }
     }
   }
+}
+
+void pool2d(const KernelArgs& args) {
+  assert(args.desc && (args.desc->op == OpKind::maxpool2d || args.desc->op == OpKind::avgpool2d));
+  pool2d_pass(*args.in[0], *args.out[0], args.desc->p<Pool2dParams>(), args.desc->op == OpKind::maxpool2d);
 }
 
 void global_avgpool(const KernelArgs& args) {

@@ -179,6 +179,7 @@ void chain_run(const Chain& ch, float* y, i64 len, i64 n, i64 k, i64 p, i64 q, b
           each([&](B v, i64, i64) { return activate_k<decltype(kind)::value, Arch>(s.act, v); });
         });
         break;
+      case PostOp::Kind::pool: break;  // never here: these kernels decline a pool post-op (conv_supports.cpp)
     }
   }
 }

@@ -247,6 +247,7 @@ void Gemm::operator()(Arch, const KernelArgs& args) const {
         binary_pass<Arch>(op.binary, g.c, s.m, s.n, g.ldc, ops[0]->data(), broadcast_rc(ops[0]->shape()), threads);
         break;
       case PostOp::Kind::activation: activation_pass<Arch>(op.act, g.c, s.m, s.n, g.ldc, threads); break;
+      case PostOp::Kind::pool: break;  // conv2d only: validate() rejects it on gemm
     }
     ops += post_op_operands(op);
   }

@@ -91,9 +91,19 @@ int post_op_operands(const PostOp& p) noexcept {
   switch (p.kind) {
     case PostOp::Kind::batchnorm: return 4;
     case PostOp::Kind::binary: return 1;
-    case PostOp::Kind::activation: return 0;
+    case PostOp::Kind::activation:
+    case PostOp::Kind::pool: return 0;
   }
   return 0;
+}
+
+Pool2dParams PostOp::pool_params() const {
+  Pool2dParams p;
+  p.kernel_h = window.kernel_h, p.kernel_w = window.kernel_w;
+  p.stride_h = window.stride_h, p.stride_w = window.stride_w;
+  p.pad_top = window.pad_top, p.pad_left = window.pad_left;
+  p.pad_bottom = window.pad_bottom, p.pad_right = window.pad_right;
+  return p;  // dilation 1, floor mode
 }
 
 OpParams default_params(OpKind op) {
@@ -273,19 +283,6 @@ static std::string act_suffix(const Activation& a) {
   }
 }
 
-static std::string post_ops_suffix(const PostOps& post_ops) {
-  std::string r;
-  for (const PostOp& p : post_ops) {
-    if (p.kind == PostOp::Kind::batchnorm)
-      r += "+bn";
-    else if (p.kind == PostOp::Kind::binary)
-      r += fmt::format("+{}", binary_name(p.binary));
-    else
-      r += fmt::format("+{}", act_suffix(p.act));
-  }
-  return r;
-}
-
 static std::string pads_name(std::int64_t t, std::int64_t l, std::int64_t b, std::int64_t r) {
   if (t == l && l == b && b == r) return fmt::format("p{}", t);
   return fmt::format("p{}_{}_{}_{}", t, l, b, r);
@@ -293,6 +290,24 @@ static std::string pads_name(std::int64_t t, std::int64_t l, std::int64_t b, std
 
 static std::string pair_name(const char* tag, std::int64_t a, std::int64_t b) {
   return a == b ? fmt::format("{}{}", tag, a) : fmt::format("{}{}x{}", tag, a, b);
+}
+
+static std::string post_ops_suffix(const PostOps& post_ops) {
+  std::string r;
+  for (const PostOp& p : post_ops) {
+    if (p.kind == PostOp::Kind::batchnorm) {
+      r += "+bn";
+    } else if (p.kind == PostOp::Kind::binary) {
+      r += fmt::format("+{}", binary_name(p.binary));
+    } else if (p.kind == PostOp::Kind::pool) {  // "+maxpool3s2p1"
+      const PostOp::Window& w = p.window;
+      r += fmt::format("+{}{}{}", pair_name("maxpool", w.kernel_h, w.kernel_w), pair_name("s", w.stride_h, w.stride_w),
+                       pads_name(w.pad_top, w.pad_left, w.pad_bottom, w.pad_right));
+    } else {
+      r += fmt::format("+{}", act_suffix(p.act));
+    }
+  }
+  return r;
 }
 
 std::string case_name(const OpDesc& d) {
@@ -438,9 +453,20 @@ OpCost op_cost(const OpDesc& d) {
     }
     case OpKind::conv2d: {
       const auto& p = d.p<Conv2dParams>();
+      const Shape& x = d.inputs[0].shape;
       const Shape& w = d.inputs[1].shape;
-      c.flops = 2.0 * out_elems * f(w[1] * w[2] * w[3]) +
-                out_elems * static_cast<double>(p.post_ops.size() + (p.has_bias ? 1 : 0));
+      // The convolution's own output; a pool post-op (always last) shrinks y to out_elems.
+      const double conv_elems = f(x[0] * w[0]) *
+                                f((x[2] + p.pad_top + p.pad_bottom - p.dilation_h * (w[2] - 1) - 1) / p.stride_h + 1) *
+                                f((x[3] + p.pad_left + p.pad_right - p.dilation_w * (w[3] - 1) - 1) / p.stride_w + 1);
+      double steps = p.has_bias ? 1 : 0;
+      for (const PostOp& op : p.post_ops) {
+        if (op.kind == PostOp::Kind::pool)
+          c.flops += out_elems * f(op.window.kernel_h * op.window.kernel_w);  // one max per window position
+        else
+          steps += 1;
+      }
+      c.flops += 2.0 * conv_elems * f(w[1] * w[2] * w[3]) + conv_elems * steps;
       break;
     }
     case OpKind::maxpool2d:

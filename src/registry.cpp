@@ -42,7 +42,7 @@ constexpr Impl N = Impl::naive;
 const KernelDef kTable[] = {
   // op                      impl  name                          isa       summary
   {K::gemm,              N, "gemm__naive",              "scalar", "triple loop i-k-j over row-major (M,K)x(K,N); post-ops as separate passes", nullptr, nullptr, nullptr, naive::gemm},
-  {K::conv2d,            N, "conv2d__naive",            "scalar", "direct 7-loop convolution, any layout/stride/dilation/groups; post-ops as separate passes", nullptr, nullptr, nullptr, naive::conv2d},
+  {K::conv2d,            N, "conv2d__naive",            "scalar", "direct 7-loop convolution, any layout/stride/dilation/groups; post-ops as separate passes", nullptr, naive::conv2d_workspace, nullptr, naive::conv2d},
   {K::batchnorm,         N, "batchnorm__naive",         "scalar", "per-element scale*(x-mean)/sqrt(var+eps)+bias", nullptr, nullptr, nullptr, naive::batchnorm},
   {K::relu,              N, "relu__naive",              "scalar", "one scalar loop calling the activation function", nullptr, nullptr, nullptr, naive::unary},
   {K::clip,              N, "clip__naive",              "scalar", "one scalar loop calling the activation function", nullptr, nullptr, nullptr, naive::unary},

@@ -90,9 +90,39 @@ Status check_activation(const OpDesc& d, const std::string& where, const Activat
   return Status::ok();
 }
 
+Status check_window(const OpDesc& d, const char* axis, std::int64_t k, std::int64_t stride, std::int64_t dil,
+                    std::int64_t pad_lo, std::int64_t pad_hi, const std::string& what = "");
+std::int64_t window_out(std::int64_t in, std::int64_t pad_lo, std::int64_t pad_hi, std::int64_t k, std::int64_t dil,
+                        std::int64_t stride, bool ceil_mode);
+
+// A pool post-op's window on the conv output `out` (N, K, P, Q), with maxpool2d's rules
+// (dilation 1, floor mode); `pooled` gets the pooled shape.
+Status check_pool_step(const OpDesc& d, const std::string& where, const PostOp::Window& w, const Shape& out,
+                       Shape& pooled) {
+  const std::string what = where + " pool ";
+  if (Status s = check_window(d, "h", w.kernel_h, w.stride_h, 1, w.pad_top, w.pad_bottom, what); !s) return s;
+  if (Status s = check_window(d, "w", w.kernel_w, w.stride_w, 1, w.pad_left, w.pad_right, what); !s) return s;
+  // As for maxpool2d: every window must see at least one conv output, so padding is at most
+  // half the window (which also rules out padding >= kernel).
+  if (w.pad_top > w.kernel_h / 2 || w.pad_bottom > w.kernel_h / 2 || w.pad_left > w.kernel_w / 2 ||
+      w.pad_right > w.kernel_w / 2)
+    return bad(d, fmt::format("{}padding (top {}, left {}, bottom {}, right {}) exceeds half the {}x{} window", what,
+                              w.pad_top, w.pad_left, w.pad_bottom, w.pad_right, w.kernel_h, w.kernel_w));
+  const std::int64_t ph = window_out(out[2], w.pad_top, w.pad_bottom, w.kernel_h, 1, w.stride_h, false);
+  const std::int64_t pw = window_out(out[3], w.pad_left, w.pad_right, w.kernel_w, 1, w.stride_w, false);
+  if (ph < 1 || pw < 1)
+    return bad(
+        d, fmt::format("{}output size {}x{} is empty: the {}x{} window does not fit the padded {}x{} conv output", what,
+                       ph, pw, w.kernel_h, w.kernel_w, out[2], out[3]));
+  pooled = Shape{out[0], out[1], ph, pw};
+  return Status::ok();
+}
+
 // Post-op chain of conv2d / gemm: operands start at input `first`; channels = out dim 1.
+// `final_out` gets the output shape after the chain (a conv2d pool step changes it).
 Status check_post_ops(const OpDesc& d, const std::vector<std::string>& names, const PostOps& post_ops,
-                      std::size_t first, const Shape& out) {
+                      std::size_t first, const Shape& out, Shape& final_out) {
+  final_out = out;
   std::size_t idx = first;
   for (std::size_t i = 0; i < post_ops.size(); ++i) {
     const PostOp& p = post_ops[i];
@@ -113,6 +143,14 @@ Status check_post_ops(const OpDesc& d, const std::vector<std::string>& names, co
         break;
       case PostOp::Kind::activation:
         if (Status s = check_activation(d, where, p.act); !s) return s;
+        break;
+      case PostOp::Kind::pool:
+        if (d.op != OpKind::conv2d)
+          return bad(d, fmt::format("{} is a pool, which only conv2d takes (its output has no spatial dims)", where));
+        if (i + 1 != post_ops.size())
+          return bad(d, fmt::format("{} is a pool but not the last of the {} post-ops (a pool must end the chain)",
+                                    where, post_ops.size()));
+        if (Status s = check_pool_step(d, where, p.window, out, final_out); !s) return s;
         break;
       default: return bad(d, fmt::format("{} kind {} is unknown", where, static_cast<int>(p.kind)));
     }
@@ -153,17 +191,18 @@ std::int64_t window_out(std::int64_t in, std::int64_t pad_lo, std::int64_t pad_h
   return out;
 }
 
+// `what` prefixes the parameter names in messages ("post-op 2 pool kernel_h 0 ...").
 Status check_window(const OpDesc& d, const char* axis, std::int64_t k, std::int64_t stride, std::int64_t dil,
-                    std::int64_t pad_lo, std::int64_t pad_hi) {
-  if (k < 1) return bad(d, fmt::format("kernel_{} {} must be >= 1", axis, k));
-  if (stride < 1) return bad(d, fmt::format("stride_{} {} must be >= 1", axis, stride));
-  if (dil < 1) return bad(d, fmt::format("dilation_{} {} must be >= 1", axis, dil));
+                    std::int64_t pad_lo, std::int64_t pad_hi, const std::string& what) {
+  if (k < 1) return bad(d, fmt::format("{}kernel_{} {} must be >= 1", what, axis, k));
+  if (stride < 1) return bad(d, fmt::format("{}stride_{} {} must be >= 1", what, axis, stride));
+  if (dil < 1) return bad(d, fmt::format("{}dilation_{} {} must be >= 1", what, axis, dil));
   if (pad_lo < 0 || pad_hi < 0)
-    return bad(d, fmt::format("padding along {} ({}, {}) must be >= 0", axis, pad_lo, pad_hi));
+    return bad(d, fmt::format("{}padding along {} ({}, {}) must be >= 0", what, axis, pad_lo, pad_hi));
   // Keep every index computation far from overflow: windows are tiny in practice.
   constexpr std::int64_t kLimit = std::int64_t{1} << 24;
   if (k > kLimit || stride > kLimit || dil > kLimit || pad_lo > kLimit || pad_hi > kLimit)
-    return bad(d, fmt::format("window parameters along {} exceed {}", axis, kLimit));
+    return bad(d, fmt::format("{}window parameters along {} exceed {}", what, axis, kLimit));
   return Status::ok();
 }
 
@@ -237,8 +276,9 @@ Status check_and_infer(const OpDesc& d, std::vector<TensorDesc>& outs) {
                                     d.inputs[2].shape.str(), m, n));
         next = 3;
       }
-      if (Status s = check_post_ops(d, names, p.post_ops, next, out); !s) return s;
-      outs = single(out, Layout::nchw);
+      Shape final_out;
+      if (Status s = check_post_ops(d, names, p.post_ops, next, out, final_out); !s) return s;
+      outs = single(final_out, Layout::nchw);
       return Status::ok();
     }
     case OpKind::conv2d: {
@@ -271,8 +311,9 @@ Status check_and_infer(const OpDesc& d, std::vector<TensorDesc>& outs) {
         if (Status s = check_vector(d, names, 2, w[0], "output channels"); !s) return s;
         next = 3;
       }
-      if (Status s = check_post_ops(d, names, p.post_ops, next, out); !s) return s;
-      outs = single(out, x.layout);
+      Shape final_out;  // pooled by a pool post-op
+      if (Status s = check_post_ops(d, names, p.post_ops, next, out, final_out); !s) return s;
+      outs = single(final_out, x.layout);
       return Status::ok();
     }
     case OpKind::batchnorm: {

@@ -703,6 +703,117 @@ TEST(Conv2dErrors, Groups) {
   EXPECT_REJECTED(with_params<P>(k, [](P& p) { p.groups = 2; }));  // w still (6,4,3,3)
 }
 
+// ---- conv2d's pool post-op ---------------------------------------------------------------------
+// The sample's chain (bn, relu) with a max pool appended: conv output (1,6,7,7) -> y (1,6,4,4).
+
+OpDesc conv_pool(PostOps post) {
+  OpDesc d = sample_desc(OpKind::conv2d);
+  std::get<Conv2dParams>(d.params).post_ops = std::move(post);
+  return d;
+}
+const PostOp kBn = PostOp::batchnorm();
+const PostOp kRelu = PostOp::activation(Activation::relu());
+PostOp pool_window(std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw, std::int64_t pt, std::int64_t pl,
+                   std::int64_t pb, std::int64_t pr) {
+  return PostOp::maxpool(PostOp::Window{kh, kw, sh, sw, pt, pl, pb, pr});
+}
+
+// Rejected by every entry point (code, "<op>:" prefix, outputs untouched), and validate's
+// message names the parameter and its value.
+void expect_rejected_saying(const OpDesc& bad, const std::string& words) {
+  expect_rejected(bad);
+  const Status s = validate(bad);
+  EXPECT_NE(s.message().find(words), std::string::npos) << "message: " << s.message() << "\nexpected: " << words;
+}
+#define EXPECT_REJECTED_SAYING(desc, words) \
+  do {                                      \
+    SCOPED_TRACE(#desc);                    \
+    expect_rejected_saying(desc, words);    \
+  } while (0)
+
+TEST(Conv2dPoolPostOp, ValidChainPoolsTheOutput) {
+  const OpDesc d = conv_pool({kBn, kRelu, PostOp::maxpool(3, 2, 1)});
+  ASSERT_TRUE(validate(d)) << validate(d).to_string();
+  auto outs = infer_outputs(d);
+  ASSERT_TRUE(outs);
+  EXPECT_EQ((*outs)[0].shape, (Shape{1, 6, 4, 4}));                     // (7 + 2 - 3) / 2 + 1
+  EXPECT_EQ(input_names(d), input_names(sample_desc(OpKind::conv2d)));  // a pool takes no operand
+  EXPECT_EQ(post_op_operands(PostOp::maxpool(3, 2, 1)), 0);
+  EXPECT_EQ(case_name(d), "n1_c4_h7_w7_k6_r3_s1_p1+bias+bn+relu+maxpool3s2p1");
+  EXPECT_EQ(case_name(conv_pool({kBn, kRelu, pool_window(3, 2, 2, 1, 1, 0, 0, 1)})),
+            "n1_c4_h7_w7_k6_r3_s1_p1+bias+bn+relu+maxpool3x2s2x1p1_0_0_1");
+  // Every stage runs it (falling back where a kernel declines) and writes every output.
+  for (Stage st : {Stage::naive, Stage::simd, Stage::fused}) {
+    const Bound b = bind(d);
+    auto prim = prepare(b.desc, Context{st, 1, true});
+    ASSERT_TRUE(prim) << prim.status().to_string();
+    ASSERT_TRUE(prim->execute(b.in_ptrs(), b.out_ptrs()));
+    EXPECT_EQ(touched(b.out[0]), 16 * 6);
+  }
+  // The flops include the conv's and the pool's.
+  const OpCost with = op_cost(d), without = op_cost(conv_pool({kBn, kRelu}));
+  EXPECT_EQ(with.flops, without.flops + 6 * 16 * 9);
+  EXPECT_LT(with.bytes, without.bytes);  // y is 4x smaller
+}
+
+TEST(Conv2dPoolPostOp, PoolMustBeLast) {
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, PostOp::maxpool(3, 2, 1), kRelu}),
+                         "post-op 1 is a pool but not the last of the 3 post-ops");
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, PostOp::maxpool(2, 1, 0), PostOp::maxpool(3, 2, 1)}),
+                         "post-op 2 is a pool but not the last of the 4 post-ops");
+}
+
+TEST(Conv2dPoolPostOp, Window) {
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, PostOp::maxpool(0, 2, 0)}), "post-op 2 pool kernel_h 0 must be >= 1");
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, pool_window(3, -1, 2, 2, 1, 0, 1, 0)}),
+                         "post-op 2 pool kernel_w -1 must be >= 1");
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, PostOp::maxpool(3, 0, 1)}), "post-op 2 pool stride_h 0 must be >= 1");
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, pool_window(3, 3, 2, -2, 1, 1, 1, 1)}),
+                         "post-op 2 pool stride_w -2 must be >= 1");
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, pool_window(3, 3, 2, 2, -1, 1, 1, 1)}),
+                         "post-op 2 pool padding along h (-1, 1) must be >= 0");
+  // Padding >= kernel, and padding over half the window (a window could miss the conv output).
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, PostOp::maxpool(2, 2, 2)}),
+                         "post-op 2 pool padding (top 2, left 2, bottom 2, right 2) exceeds half the 2x2 window");
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, pool_window(3, 3, 2, 2, 1, 2, 1, 1)}),
+                         "post-op 2 pool padding (top 1, left 2, bottom 1, right 1) exceeds half the 3x3 window");
+  // The 9x9 window does not fit the 7x7 conv output.
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, PostOp::maxpool(9, 1, 0)}),
+                         "post-op 2 pool output size 0x0 is empty: the 9x9 window does not fit the padded 7x7 conv "
+                         "output");
+  EXPECT_REJECTED_SAYING(conv_pool({kBn, kRelu, PostOp::maxpool(std::int64_t{1} << 30, 1, 0)}),
+                         "post-op 2 pool window parameters along h exceed 16777216");
+}
+
+TEST(Conv2dPoolPostOp, GemmRejectsPool) {
+  EXPECT_REJECTED_SAYING(
+      with_params<GemmParams>(OpKind::gemm, [](GemmParams& p) { p.post_ops.push_back(PostOp::maxpool(2, 2, 0)); }),
+      "post-op 2 is a pool, which only conv2d takes");
+  EXPECT_REJECTED_SAYING(
+      with_params<GemmParams>(
+          OpKind::gemm, [](GemmParams& p) { p.post_ops.insert(p.post_ops.begin() + 1, PostOp::maxpool(1, 1, 0)); }),
+      "post-op 1 is a pool, which only conv2d takes");
+}
+
+TEST(Conv2dPoolPostOp, OperandsBeforeThePoolHaveTheConvOutputShape) {
+  // A residual add before the pool takes the pre-pool (1,6,7,7); the pooled (1,6,4,4) is wrong.
+  OpDesc good = conv_pool({kBn, PostOp::add(), kRelu, PostOp::maxpool(3, 2, 1)});
+  good.inputs.push_back(td({1, 6, 7, 7}));
+  EXPECT_TRUE(validate(good)) << validate(good).to_string();
+  OpDesc bad = good;
+  bad.inputs.back() = td({1, 6, 4, 4});
+  EXPECT_REJECTED_SAYING(bad,
+                         "input 'post1.add' has shape 1x6x4x4 which does not broadcast to the output shape 1x6x7x7");
+}
+
+TEST(Conv2dPoolPostOp, ExecuteChecksThePooledOutputShape) {
+  // y with the conv's own shape (1,6,7,7) instead of the pooled (1,6,4,4): refused, nothing written.
+  const Bound b = bind(conv_pool({kBn, kRelu, PostOp::maxpool(3, 2, 1)}));
+  Tensor wrong = Tensor::create(Shape{1, 6, 7, 7}).value();
+  fill(wrong, kSentinel);
+  expect_execute_fails(b, b.in_ptrs(), {&wrong});
+}
+
 // ---- batchnorm -------------------------------------------------------------------------------
 // Sample: x (2,3,4,5), scale/bias/mean/var (3).
 

@@ -108,6 +108,8 @@ enum class BinaryKind : std::uint8_t { add, sub, mul, div };
 BinaryKind binary_kind_of(OpKind op) noexcept;
 std::string_view binary_name(BinaryKind kind) noexcept;
 
+struct Pool2dParams;
+
 // One step of a post-op chain, applied to the op's output in order (like oneDNN post_ops).
 struct PostOp {
   enum class Kind : std::uint8_t {
@@ -115,19 +117,44 @@ struct PostOp {
                  // mean, var, each (C) for conv2d or (N) for gemm
     binary,      // y = y <op> other; operand broadcastable to the output (residual add)
     activation,  // y = act(y)
+    pool,        // conv2d only: y = maxpool2d(y) with `window` (the ResNet stem's conv + bn +
+                 // relu + maxpool 3x3/2 pad 1). No operands. It changes the output shape: the
+                 // conv output (N, K, P, Q) becomes the pooled (N, K, P', Q') exactly as a
+                 // maxpool2d op on it would give (floor mode, dilation 1, NaN-propagating max,
+                 // padding ignored). At most one, and it must be the last step, so every
+                 // operand of an earlier step (batchnorm (K), binary broadcastable to the
+                 // pre-pool (N, K, P, Q)) refers to the conv output. Max only: an average pool
+                 // after a conv is linear and belongs folded into the weights, not here.
+                 // gemm rejects it (invalid_argument).
+  };
+  // The pooling window of a pool step, with maxpool2d's meaning and validation (kernel >= 1,
+  // stride >= 1, padding >= 0 and at most half the window).
+  struct Window {
+    std::int64_t kernel_h = 1, kernel_w = 1;
+    std::int64_t stride_h = 1, stride_w = 1;
+    std::int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   };
   Kind kind = Kind::activation;
   float epsilon = 1e-5f;
   BinaryKind binary = BinaryKind::add;
   Activation act;
+  Window window;  // pool only
 
-  static PostOp batchnorm(float eps = 1e-5f) { return {Kind::batchnorm, eps, BinaryKind::add, {}}; }
-  static PostOp add() { return {Kind::binary, 0.f, BinaryKind::add, {}}; }
-  static PostOp binary_op(BinaryKind k) { return {Kind::binary, 0.f, k, {}}; }
-  static PostOp activation(Activation a) { return {Kind::activation, 0.f, BinaryKind::add, a}; }
+  static PostOp batchnorm(float eps = 1e-5f) { return {Kind::batchnorm, eps, BinaryKind::add, {}, {}}; }
+  static PostOp add() { return {Kind::binary, 0.f, BinaryKind::add, {}, {}}; }
+  static PostOp binary_op(BinaryKind k) { return {Kind::binary, 0.f, k, {}, {}}; }
+  static PostOp activation(Activation a) { return {Kind::activation, 0.f, BinaryKind::add, a, {}}; }
+  // Max pooling with a k x k window, stride s and padding `pad` on every side (3, 2, 1 for
+  // the ResNet stem).
+  static PostOp maxpool(std::int64_t k, std::int64_t s, std::int64_t pad) {
+    return {Kind::pool, 0.f, BinaryKind::add, {}, {k, k, s, s, pad, pad, pad, pad}};
+  }
+  static PostOp maxpool(const Window& w) { return {Kind::pool, 0.f, BinaryKind::add, {}, w}; }
+  // The maxpool2d parameters of a pool step (dilation 1, floor mode), to run it as that op.
+  Pool2dParams pool_params() const;
 };
 using PostOps = std::vector<PostOp>;
-// Tensor operands a post-op takes: 4 for batchnorm, 1 for binary, 0 for activation.
+// Tensor operands a post-op takes: 4 for batchnorm, 1 for binary, 0 for activation and pool.
 int post_op_operands(const PostOp& p) noexcept;
 
 // ---- per-op parameters -------------------------------------------------------------------

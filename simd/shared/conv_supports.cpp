@@ -6,8 +6,10 @@ namespace opfuse::simd {
 
 bool conv_post_ops_supported(const Conv2dParams& p) {
   if (p.post_ops.size() > kConvMaxPostOps) return false;  // the chain plan is a fixed array
-  for (const PostOp& op : p.post_ops)
+  for (const PostOp& op : p.post_ops) {
     if (op.kind == PostOp::Kind::activation && !act_supported(op.act.kind)) return false;  // simd/activation.hpp
+    if (op.kind == PostOp::Kind::pool) return false;  // conv + maxpool: simd/conv_pool.cpp composes the two
+  }
   return true;
 }
 

@@ -258,6 +258,7 @@ void gemm(const KernelArgs& args) {
         y.array().rowwise() += RowVecC(t, n);
         break;
       }
+      case PostOp::Kind::pool: break;  // conv2d only: validate() rejects it on gemm
     }
     i += post_op_operands(op);
   }
@@ -273,6 +274,7 @@ bool supports_conv2d(const OpDesc& d) {
   const ConvGeom g = conv_geom(d);
   std::size_t i = p.has_bias ? 3 : 2;
   for (const PostOp& op : p.post_ops) {
+    if (op.kind == PostOp::Kind::pool) return false;  // conv + maxpool: no Eigen expression here
     if (op.kind == PostOp::Kind::binary && bcast_conv(d.inputs[i], g).bc == Bcast::none) return false;
     i += static_cast<std::size_t>(post_op_operands(op));
   }
@@ -360,6 +362,7 @@ void conv2d(const KernelArgs& args) {
           yi.array().colwise() += ColVecC(f + g.k, g.k);
           f += 2 * g.k;
           break;
+        case PostOp::Kind::pool: break;  // never here: supports_conv2d declines a pool post-op
       }
       i += post_op_operands(op);
     }
