@@ -27,6 +27,8 @@
 //               channels fill blocks of 16 (a source of < 16 channels stays NCHW), else in the
 //               formats oneDNN picks for `any` (NHWC); the reorders from x and into y run inside
 //               execute and count in its time. Dilation = ours - 1; asymmetric pads.
+//               A pool post-op (conv + ... + maxpool, the ResNet stem) is a second primitive:
+//               see add_conv_pool.
 //   post-ops    activation -> eltwise post-op, binary -> binary post-op (operand reshaped to
 //               the output rank), batchnorm (on conv2d only where it does not directly follow
 //               the convolution; gemm) -> folded to a per-channel scale s = g/sqrt(v+eps) and
@@ -382,6 +384,8 @@ std::size_t append_chain(Pipeline& pl, const OpDesc& d, const std::vector<ChainI
         args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1] = memory(md, pl.eng, t);
         break;
       }
+      case PostOp::Kind::pool:  // never a post-op here: add_conv_pool runs it as a pooling primitive
+        throw std::logic_error("a pool post-op inside a primitive's post-ops");
     }
   }
   return items.size();
@@ -616,13 +620,32 @@ memory add_conv(Pipeline& pl, const OpDesc& d, const Conv2dParams& p, const memo
   return *y;
 }
 
+// The convolution's own output (N, K, P, Q) in x's layout: y's shape, or what a pool post-op
+// pools into y.
+TensorDesc conv_output(const OpDesc& d) {
+  const auto& p = d.p<Conv2dParams>();
+  const Shape& x = d.inputs[0].shape;
+  const Shape& w = d.inputs[1].shape;
+  const std::int64_t oh = (x[2] + p.pad_top + p.pad_bottom - p.dilation_h * (w[2] - 1) - 1) / p.stride_h + 1;
+  const std::int64_t ow = (x[3] + p.pad_left + p.pad_right - p.dilation_w * (w[3] - 1) - 1) / p.stride_w + 1;
+  return {Shape{x[0], w[0], oh, ow}, d.inputs[0].layout};
+}
+
+bool has_pool(const Conv2dParams& p) { return !p.post_ops.empty() && p.post_ops.back().kind == PostOp::Kind::pool; }
+
+void add_conv_pool(Pipeline& pl, const OpDesc& d, const memory& x, const memory& y, const TensorDesc& y_td);
+
 void build_conv2d(Pipeline& pl, const OpDesc& d, const std::vector<TensorDesc>& outs) {
   const auto& p = d.p<Conv2dParams>();
   const memory x = pl.input(0, md_of(d.inputs[0]));
   const memory y = pl.output(0, md_of(outs[0]));
-  const Shape& o = outs[0].shape;
-  add_conv(pl, d, p, x, 1, p.has_bias ? 2 : -1, chain_of(p.post_ops, p.has_bias ? 3 : 2), {o[0], o[1], o[2], o[3]}, &y,
-           true);
+  if (has_pool(p)) {
+    add_conv_pool(pl, d, x, y, outs[0]);
+  } else {
+    const Shape& o = outs[0].shape;
+    add_conv(pl, d, p, x, 1, p.has_bias ? 2 : -1, chain_of(p.post_ops, p.has_bias ? 3 : 2), {o[0], o[1], o[2], o[3]},
+             &y, true);
+  }
 }
 
 // The intermediates stay in the formats oneDNN picks for `any` (NHWC with oneDNN 2.6 on
@@ -804,6 +827,43 @@ void build_pool(Pipeline& pl, const OpDesc& d, const std::vector<TensorDesc>& ou
           static_cast<float>(static_cast<double>(ph.kernel * pw.kernel) /
                              static_cast<double>(ph.positions_in_padding(i) * pw.positions_in_padding(j)));
   add_binary(pl, algorithm::binary_mul, y_md, y, f_md, memory(f_md, pl.eng, f), y_md, y);
+}
+
+// conv2d with a pool post-op (the ResNet stem: conv + bn + relu + maxpool 3x3/2). oneDNN has no
+// pooling post-op, so its users write two primitives, and so does this peer: the convolution
+// with the chain before the pool (batchnorms folded into its weights as add_conv does) into an
+// intermediate in the format oneDNN picks (nChw16c for the stem's NCHW 3-channel source), then
+// pooling_v2 max on that format, then one reorder of the pooled (4x smaller) result into y.
+// A chain whose binary operands the convolution cannot take on an intermediate runs on a plain
+// intermediate in x's layout instead (add_conv's chain tail).
+void add_conv_pool(Pipeline& pl, const OpDesc& d, const memory& x, const memory& y, const TensorDesc& y_td) {
+  const auto& p = d.p<Conv2dParams>();
+  std::vector<ChainItem> chain = chain_of(p.post_ops, p.has_bias ? 3 : 2);
+  const Pool2dParams pp = chain.back().op.pool_params();
+  chain.pop_back();
+  const TensorDesc c_td = conv_output(d);
+  const Shape& cs = c_td.shape;
+  const Dims cdims{cs[0], cs[1], cs[2], cs[3]};
+  memory t;
+  const Pipeline::Mark mark = pl.mark();
+  try {
+    t = add_conv(pl, d, p, x, 1, p.has_bias ? 2 : -1, chain, cdims, nullptr, false);
+  } catch (const std::logic_error&) {  // a chain step left over on the intermediate
+    pl.rollback(mark);
+    t = pl.buffer(md_of(c_td));
+    add_conv(pl, d, p, x, 1, p.has_bias ? 2 : -1, chain, cdims, &t, true);
+  }
+  const PoolDim ph = pool_dim(pp, cs, y_td.shape, 0), pw = pool_dim(pp, cs, y_td.shape, 1);
+  const memory::desc y_md = y.get_desc();
+  const memory::desc pooled_any(y_md.dims(), f32, memory::format_tag::any);
+  const dnnl::pooling_v2_forward::primitive_desc pd(
+      {inference, algorithm::pooling_max, t.get_desc(), pooled_any, Dims{ph.stride, pw.stride},
+       Dims{ph.kernel, pw.kernel}, Dims{0, 0}, Dims{ph.pad_l, pw.pad_l}, Dims{ph.onednn_pad_r(), pw.onednn_pad_r()}},
+      make_attr(), pl.eng);
+  const bool into_y = pd.dst_desc() == y_md;
+  const memory dst = into_y ? y : pl.buffer(pd.dst_desc());
+  pl.add(pd, dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, t}, {DNNL_ARG_DST, dst}});
+  if (!into_y) add_reorder(pl, dst, y);
 }
 
 int norm_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
@@ -1108,7 +1168,18 @@ bool supports_impl(const OpDesc& d) {
   const std::vector<TensorDesc>& o = *outs;
   switch (d.op) {
     case OpKind::gemm: return post_ops_ok(d.p<GemmParams>().post_ops);
-    case OpKind::conv2d: return post_ops_ok(d.p<Conv2dParams>().post_ops);
+    case OpKind::conv2d: {
+      const auto& p = d.p<Conv2dParams>();
+      if (!post_ops_ok(p.post_ops)) return false;
+      if (has_pool(p)) {  // the pooling primitive's geometry, as for maxpool2d
+        const Pool2dParams pp = p.post_ops.back().pool_params();
+        for (int axis = 0; axis < 2; ++axis) {
+          const PoolDim pd = pool_dim(pp, conv_output(d).shape, o[0].shape, axis);
+          if (pd.onednn_pad_r() < 0 || !pd.windows_nonempty()) return false;
+        }
+      }
+      return true;
+    }
     case OpKind::batchnorm: return d.inputs[0].shape.rank >= 2;
     case OpKind::relu:
     case OpKind::clip:
