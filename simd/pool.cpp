@@ -83,7 +83,8 @@ std::int64_t count_inside(std::int64_t o, std::int64_t s, std::int64_t pad, std:
 
 template <class Arch>
 fbatch<Arch> max_nan(fbatch<Arch> m, fbatch<Arch> v) {
-  return xsimd::select((v > m) | (v != v), v, m);  // naive: if (v > max || isnan(v)) max = v
+  // xsimd::isnan, not v != v: xsimd 8 compiles != to an ordered compare on AVX/AVX-512 (false for NaN).
+  return xsimd::select((v > m) | xsimd::isnan(v), v, m);  // naive: if (v > max || isnan(v)) max = v
 }
 inline float max_nan(float m, float v) { return (v > m || v != v) ? v : m; }
 
