@@ -5,19 +5,29 @@
 // simd:  rows are split across OpenMP threads and every pass is an xsimd loop with a scalar
 //        tail, accumulating in float vectors (the tolerance allows the reassociation).
 //        softmax: when the axis is the contiguous memory dim, a row is a vector stream and gets
-//          three passes - max (and a NaN flag), exp(z - max) stored into y while summing, scale
-//          by 1/sum; passes 2 and 3 of a row of a few thousand floats hit L1, so DRAM sees x
-//          read once and y written once. When the axis is strided (softmax over the channels of
-//          NCHW), the contiguous dim is another one: W neighbouring rows are processed at once,
-//          one lane per row, so every load is still a full vector. The exp is vmath::exp (simd/vmath.hpp).
-//        layernorm / rmsnorm: the normalized dims are one contiguous block per row (the
-//          supports() rule), the residual add is done inside the mean pass (s is stored into
-//          the sum output, or y, and re-read from L1), then the variance pass (layernorm) and
-//          the normalize pass. Two-pass variance, as in naive, so |mean| >> std stays exact.
-// fused: keeps a row in registers: online max/sum softmax in two reads, add & norm with one
-//        read of x and residual and one write of y (and sum).
-// GCC 12's AVX-512 headers build min/max/roundscale from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized flags at every inlining site (GCC bug 105593, fixed in GCC 13).
+//          three passes - max, exp(z - max) stored into y while summing, scale by 1/sum - with
+//          z = scale * x + mask formed in registers in passes 1 and 2. Passes 2 and 3 of a row
+//          of a few thousand floats hit L1, so DRAM sees x read once and y written once. A NaN
+//          or +inf anywhere turns the sum into NaN (checked once per row instead of a NaN flag
+//          per vector); a max of -inf is a fully masked row (zeros). The exp is
+//          vmath::exp_nonpositive (simd/vmath.hpp): the argument z - max is never positive.
+//          When the axis is strided (softmax over the channels of NCHW), the contiguous dim is
+//          another one: W neighbouring rows are processed at once, one lane per row, so every
+//          load is still a full vector.
+//        layernorm / rmsnorm: the residual add (has_residual) is its own vectorized pass over
+//          the whole tensor, s = x + residual into the sum output (write_sum) or into y, as in
+//          naive (fusion is data: the unfused stages run it as a separate pass; fused/norm.cpp
+//          does it inside the row). Then per contiguous row: one statistics pass and one
+//          normalize pass. layernorm's statistics pass sums d = s - s[0] and d^2 together
+//          (shifted data: the shift is a sample of the row, so the cancellation in
+//          sum(d^2) - sum(d)^2 / n is small for any mean); where it would still lose more than
+//          2 bits (the first element far out in the row's distribution) the variance is
+//          recomputed around the mean from L1, so |mean| >> std stays as exact as two-pass.
+//        Large tensors (y >= 16 MiB) stream: y is written with non-temporal stores (no
+//          read-for-ownership, no eviction of the row being worked on) and the next row is
+//          prefetched during the passes that run from L1, so DRAM stays busy while they compute.
+// fused: (fused/norm.cpp) keeps the row in L1/registers: scale and mask applied in the max and
+//        exp passes with one read of x and mask; add & norm with one read of x and residual.
 
 #include <array>
 #include <cassert>
@@ -46,48 +56,45 @@ constexpr std::size_t u(int d) { return static_cast<std::size_t>(d); }
 constexpr std::int64_t kStreamBytes = 16 << 20;
 constexpr std::int64_t kStreamRow = 4096;  // row scratch on the stack (floats), streaming softmax
 
-// y[j] = src[j] * f for j < n: non-temporal vector stores on the vector-aligned part of y,
-// plain stores on the unaligned head and the tail.
-template <class Arch>
-void scale_store_stream(const float* src, float* y, std::int64_t n, float f) {
+// y[j] = f(j) for j < n, where f(j) returns the batch of elements j .. j + W - 1 and fs(j) one
+// element (the scalar head and tail). With `stream`, the vector-aligned body of y is written
+// with non-temporal stores; pf(j) runs once per vector of the body (prefetches).
+template <class Arch, class F, class FS, class PF>
+void write_row(float* y, std::int64_t n, bool stream, F f, FS fs, PF pf) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
-  const B vf(f);
   std::int64_t j = 0;
-  if (reinterpret_cast<std::uintptr_t>(y) % sizeof(float) == 0)
-    while (j < n && reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) != 0) y[j] = src[j] * f, ++j;
-  if (reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) == 0)
-    for (; j + W <= n; j += W) store_stream<Arch>(y + j, B::load_unaligned(src + j) * vf);
-  for (; j + W <= n; j += W) (B::load_unaligned(src + j) * vf).store_unaligned(y + j);
-  for (; j < n; ++j) y[j] = src[j] * f;  // scalar tail
+  if (stream) {
+    if (reinterpret_cast<std::uintptr_t>(y) % sizeof(float) == 0)
+      for (; j < n && reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) != 0; ++j) y[j] = fs(j);
+    if (reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) == 0)
+      for (; j + W <= n; j += W) {
+        pf(j);
+        store_stream<Arch>(y + j, f(j));
+      }
+  }
+  for (; j + W <= n; j += W) {
+    pf(j);
+    f(j).store_unaligned(y + j);
+  }
+  for (; j < n; ++j) y[j] = fs(j);  // scalar tail
 }
 
-// e^x for the softmax arguments z - max, which lie in [-inf, 0] once NaN rows and +inf maxima
-// are handled: vmath::exp's reduction and polynomial (Cody-Waite, Cephes degree 5, <= 2 ulp)
-// without the parts that domain never needs - no upper clamp, no NaN select, and one 2^n factor
-// (x is clamped to -87, so n >= -126 and 2^n stays normal; results below e^-87 ~ 1.6e-38 are
-// flushed to 0, far below any softmax tolerance). ~15 vector ops instead of ~24.
+// max(a, b) lane by lane (b where either is NaN). AVX-512: the masked form, because GCC 12's
+// plain _mm512_max_ps reads _mm512_undefined_ps() and warns at some inlining sites (PR 105593).
 template <class Arch>
-fbatch<Arch> exp_nonpositive(fbatch<Arch> x) {
-  using B = fbatch<Arch>;
-  using I = xsimd::batch<std::int32_t, Arch>;
-  const B magic(12582912.f);       // 1.5 * 2^23: adding it rounds to an integer
-  const auto tiny = x < B(-87.f);  // e^x < 1.7e-38: returned as 0 (so masked z = -inf gives 0)
-  const B xc = xsimd::select(tiny, B(-87.f), x);
-  const B t = xsimd::fma(xc, B(1.44269504088896341f), magic);
-  const B n = t - magic;
-  B r = xsimd::fnma(n, B(0.693359375f), xc);
-  r = xsimd::fnma(n, B(-2.12194440e-4f), r);
-  B p(1.9875691500e-4f);
-  p = xsimd::fma(p, r, B(1.3981999507e-3f));
-  p = xsimd::fma(p, r, B(8.3334519073e-3f));
-  p = xsimd::fma(p, r, B(4.1665795894e-2f));
-  p = xsimd::fma(p, r, B(1.6666665459e-1f));
-  p = xsimd::fma(p, r, B(5.0000001201e-1f));
-  p = xsimd::fma(p, r * r, r + B(1.f));
-  // 2^n from t's low mantissa bits: bits(t) - bits(magic) = n.
-  const I e = (xsimd::bitwise_cast<I>(t) - I(0x4B400000 - 127)) << 23;
-  return xsimd::select(tiny, B(0.f), p * xsimd::bitwise_cast<B>(e));
+inline fbatch<Arch> vmax(fbatch<Arch> a, fbatch<Arch> b) {
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+    return _mm512_mask_max_ps(b, 0xFFFF, a, b);
+  else
+    return xsimd::max(a, b);
+}
+
+// One prefetch per cache line of `p` (or nothing for null), for vector offset j.
+template <class Arch>
+inline void prefetch_line(const float* p, std::int64_t j) {
+  constexpr std::int64_t W = fbatch<Arch>::size;
+  if (p && (W >= 16 || j % 16 == 0)) __builtin_prefetch(p + j);
 }
 
 // A logical index walking `shape` in row-major order, carrying the element offset of three
@@ -121,8 +128,8 @@ struct Walker {
   }
 };
 
-// One softmax row with any strides, scalar: the column-path tail (fewer than W columns left).
-// x, y are (n) with steps xa, ya; m (mask) is (n) with step ma or null.
+// One softmax row with any strides, scalar: the rare rows (fully masked, NaN with max -inf)
+// and the column-path tail. x, y are (n) with steps xa, ya; m (mask) is (n) with step ma or null.
 void softmax_row_scalar(const float* x, std::int64_t xa, float* y, std::int64_t ya, const float* m, std::int64_t ma,
                         std::int64_t n, float scale) {
   auto z = [&](std::int64_t j) { return scale * x[j * xa] + (m ? m[j * ma] : 0.f); };
@@ -133,8 +140,8 @@ void softmax_row_scalar(const float* x, std::int64_t xa, float* y, std::int64_t 
     if (std::isnan(v)) has_nan = true;
     if (v > mx) mx = v;
   }
-  if (has_nan || mx == -kInf) {
-    const float fill = has_nan ? kNaN : 0.f;
+  if (has_nan || mx == -kInf || mx == kInf) {
+    const float fill = mx == -kInf && !has_nan ? 0.f : kNaN;
     for (std::int64_t j = 0; j < n; ++j) y[j * ya] = fill;
     return;
   }
@@ -149,73 +156,93 @@ void softmax_row_scalar(const float* x, std::int64_t xa, float* y, std::int64_t 
 }
 
 // One contiguous softmax row: x, y are (n) with unit step (y may be x); m is (n) with step ms
-// (1, 0 for a broadcast mask, anything else is gathered) or null.
+// (1, 0 for a broadcast mask, anything else is gathered) or null. kScaled / kMasked drop the
+// multiply and the mask load from z = scale * x + mask where they are no-ops.
 // Streaming variant (large tensors, n <= kStreamRow): the exps go to `buf` (L1) instead of y,
 // `next` (the next row of x, or null) is prefetched during pass 2, and pass 3 writes y once
 // with non-temporal stores.
-template <class Arch>
-void softmax_row(const float* x, float* y, const float* m, std::int64_t ms, std::int64_t n, float scale,
-                 float* buf = nullptr, const float* next = nullptr) {
+template <class Arch, bool kScaled, bool kMasked>
+void softmax_row(const float* x, float* y, const float* m, std::int64_t ms, std::int64_t n, float scale, float* buf,
+                 const float* next) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
   const B vscale(scale);
   auto z = [&](std::int64_t j) {
-    B v = B::load_unaligned(x + j) * vscale;
-    return m ? v + load_strided<Arch>(m + j * ms, ms) : v;
+    B v = B::load_unaligned(x + j);
+    if constexpr (kScaled) v *= vscale;
+    if constexpr (kMasked) v += load_strided<Arch>(m + j * ms, ms);
+    return v;
   };
-  auto zs = [&](std::int64_t j) { return scale * x[j] + (m ? m[j * ms] : 0.f); };
+  auto zs = [&](std::int64_t j) { return (kScaled ? scale * x[j] : x[j]) + (kMasked ? m[j * ms] : 0.f); };
 
-  // Pass 1 - the row max, and whether any z is NaN (max() alone would drop NaNs).
-  B vmax(-kInf);
-  auto nan = vmax != vmax;  // all false
+  // Pass 1 - the row max. NaNs may or may not survive max(); pass 2 catches them.
+  B m0(-kInf), m1(-kInf);
   std::int64_t j = 0;
-  for (; j + W <= n; j += W) {
-    const B v = z(j);
-    nan = nan | (v != v);
-    vmax = xsimd::max(vmax, v);
+  for (; j + 2 * W <= n; j += 2 * W) {
+    m0 = vmax<Arch>(m0, z(j));
+    m1 = vmax<Arch>(m1, z(j + W));
   }
-  float mx = hmax<Arch>(vmax);
-  bool has_nan = xsimd::any(nan);
+  if (j + W <= n) m0 = vmax<Arch>(m0, z(j)), j += W;
+  float mx = hmax<Arch>(vmax<Arch>(m0, m1));
   for (; j < n; ++j) {  // scalar tail
     const float v = zs(j);
-    if (std::isnan(v)) has_nan = true;
     if (v > mx) mx = v;
   }
-  // NaN row -> NaN; fully masked row -> 0 (naive's rules); a +inf max gives inf - inf = NaN
-  // in naive, so the row is NaN too.
-  if (has_nan || mx == -kInf || mx == kInf) {
-    const float fill = mx == -kInf && !has_nan ? 0.f : kNaN;
-    for (j = 0; j + W <= n; j += W) B(fill).store_unaligned(y + j);
-    for (; j < n; ++j) y[j] = fill;
+  // A max of -inf: every z is -inf (fully masked: zeros) or NaN - the rare row goes scalar.
+  if (mx == -kInf) {
+    softmax_row_scalar(x, 1, y, 1, kMasked ? m : nullptr, ms, n, kScaled ? scale : 1.f);
     return;
   }
 
-  // Pass 2 - e_j = exp(z_j - max) into y (or buf), and their sum; z_j - max is in [-inf, 0].
+  // Pass 2 - e_j = exp(z_j - max) into y (or buf), and their sum. z_j - max is in [-inf, 0]
+  // unless z_j is NaN or max is +inf (inf - inf): then e_j and the sum are NaN.
   const B vm(mx);
-  B vsum(0.f);
+  B s0(0.f), s1(0.f);
   float* ex = buf ? buf : y;
-  for (j = 0; j + W <= n; j += W) {
-    if (next) __builtin_prefetch(next + j);
-    const B e = exp_nonpositive<Arch>(z(j) - vm);
-    e.store_unaligned(ex + j);
-    vsum += e;
+  for (j = 0; j + 2 * W <= n; j += 2 * W) {
+    prefetch_line<Arch>(next, j);
+    prefetch_line<Arch>(next, j + W);
+    const B e0 = vmath::exp_nonpositive<Arch>(z(j) - vm);
+    const B e1 = vmath::exp_nonpositive<Arch>(z(j + W) - vm);
+    e0.store_unaligned(ex + j);
+    e1.store_unaligned(ex + j + W);
+    s0 += e0;
+    s1 += e1;
   }
-  float sum = xsimd::hadd(vsum);
+  if (j + W <= n) {
+    const B e = vmath::exp_nonpositive<Arch>(z(j) - vm);
+    e.store_unaligned(ex + j);
+    s0 += e;
+    j += W;
+  }
+  float sum = xsimd::hadd(s0 + s1);
   for (; j < n; ++j) {
-    const float e = exp_nonpositive<Arch>(B(zs(j) - mx)).get(0);  // the same exp as the vector body
+    const float e = vmath::exp_nonpositive<Arch>(B(zs(j) - mx)).get(0);  // the same exp as the vector body
     ex[j] = e;
     sum += e;
+  }
+  if (std::isnan(sum)) {  // a NaN in the row, or a +inf max: naive's inf - inf is NaN too
+    for (j = 0; j < n; ++j) y[j] = kNaN;
+    return;
   }
 
   // Pass 3 - scale by 1/sum (>= 1: the max element contributes exp(0)).
   const float inv = 1.f / sum;
-  if (buf) {
-    scale_store_stream<Arch>(buf, y, n, inv);
-    return;
-  }
   const B vinv(inv);
-  for (j = 0; j + W <= n; j += W) (B::load_unaligned(y + j) * vinv).store_unaligned(y + j);
-  for (; j < n; ++j) y[j] *= inv;
+  write_row<Arch>(
+      y, n, buf != nullptr, [&](std::int64_t k) { return B::load_unaligned(ex + k) * vinv; },
+      [&](std::int64_t k) { return ex[k] * inv; }, [](std::int64_t) {});
+}
+
+template <class Arch>
+void softmax_row_any(const float* x, float* y, const float* m, std::int64_t ms, std::int64_t n, float scale,
+                     float* buf = nullptr, const float* next = nullptr) {
+  if (m)
+    scale != 1.f ? softmax_row<Arch, true, true>(x, y, m, ms, n, scale, buf, next)
+                 : softmax_row<Arch, false, true>(x, y, m, ms, n, scale, buf, next);
+  else
+    scale != 1.f ? softmax_row<Arch, true, false>(x, y, m, ms, n, scale, buf, next)
+                 : softmax_row<Arch, false, false>(x, y, m, ms, n, scale, buf, next);
 }
 
 // W softmax rows at once, one per lane: x + l, y + l (l = 0..W-1) are the rows, each (n) with
@@ -229,22 +256,22 @@ void softmax_columns(const float* x, std::int64_t xa, float* y, std::int64_t ya,
     B v = B::load_unaligned(x + j * xa) * vscale;
     return m ? v + load_strided<Arch>(m + j * ma, mc) : v;
   };
-  B vmax(-kInf);
-  auto nan = vmax != vmax;
+  B mxv(-kInf);
+  auto nan = mxv != mxv;
   for (std::int64_t j = 0; j < n; ++j) {  // pass 1: per-lane max and NaN flag
     const B v = z(j);
     nan = nan | (v != v);
-    vmax = xsimd::max(vmax, v);
+    mxv = vmax<Arch>(mxv, v);
   }
   B vsum(0.f);
-  for (std::int64_t j = 0; j < n; ++j) {  // pass 2: exp into y, per-lane sums
-    const B e = vmath::exp<Arch>(z(j) - vmax);
+  for (std::int64_t j = 0; j < n; ++j) {                   // pass 2: exp into y, per-lane sums
+    const B e = vmath::exp_nonpositive<Arch>(z(j) - mxv);  // NaN for dead lanes, which pass 3 overwrites
     e.store_unaligned(y + j * ya);
     vsum += e;
   }
   // Pass 3: scale; lanes that are NaN rows or fully masked rows get NaN / 0 instead.
   const B inv = B(1.f) / vsum;
-  const auto masked = vmax == B(-kInf);
+  const auto masked = mxv == B(-kInf);
   const auto dead = nan | masked;
   const B fill = xsimd::select(nan, B(kNaN), B(0.f));
   for (std::int64_t j = 0; j < n; ++j) {
@@ -290,15 +317,15 @@ void Softmax::operator()(Arch, const KernelArgs& args) const {
       w.seek(b);
       if (!stream) {
         for (std::int64_t r = b; r < e; ++r, w.next())
-          softmax_row<Arch>(xp + w.off[0], yp + w.off[1], mp ? mp + w.off[2] : nullptr, ms[u(a)], n, scale);
+          softmax_row_any<Arch>(xp + w.off[0], yp + w.off[1], mp ? mp + w.off[2] : nullptr, ms[u(a)], n, scale);
         return;
       }
       alignas(64) float buf[kStreamRow];
       for (std::int64_t r = b; r < e; ++r) {
         const std::int64_t xo = w.off[0], yo = w.off[1], mo = w.off[2];
         w.next();
-        softmax_row<Arch>(xp + xo, yp + yo, mp ? mp + mo : nullptr, ms[u(a)], n, scale, buf,
-                          r + 1 < e ? xp + w.off[0] : nullptr);
+        softmax_row_any<Arch>(xp + xo, yp + yo, mp ? mp + mo : nullptr, ms[u(a)], n, scale, buf,
+                              r + 1 < e ? xp + w.off[0] : nullptr);
       }
       _mm_sfence();  // order the non-temporal stores before the threads join
     });
@@ -340,36 +367,142 @@ void Softmax::operator()(Arch, const KernelArgs& args) const {
 
 namespace {
 
-// sum of f(v) over a contiguous row, 4 vector accumulators, scalar tail.
-// `next` / `next2` (or null): rows prefetched along the way (the next row of x, residual).
-template <class Arch, class F>
-float row_sum(const float* s, std::int64_t n, F f, const float* next = nullptr, const float* next2 = nullptr) {
+// Pass 0 with a residual: s = x + residual over all `count` floats (threads split the range).
+template <class Arch>
+void add_pass(const float* x, const float* res, float* s, std::int64_t count, int threads) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
-  B a0(0.f), a1(0.f), a2(0.f), a3(0.f);
-  std::int64_t j = 0;
-  for (; j + 4 * W <= n; j += 4 * W) {
-    if (next)
-      for (std::int64_t k = 0; k < 4 * W; k += 16) __builtin_prefetch(next + j + k);
-    if (next2)
-      for (std::int64_t k = 0; k < 4 * W; k += 16) __builtin_prefetch(next2 + j + k);
-    a0 += f(B::load_unaligned(s + j));
-    a1 += f(B::load_unaligned(s + j + W));
-    a2 += f(B::load_unaligned(s + j + 2 * W));
-    a3 += f(B::load_unaligned(s + j + 3 * W));
+  parallel_for(count, threads, 4096, [&](std::int64_t b, std::int64_t e) {
+    std::int64_t j = b;
+    for (; j + W <= e; j += W) (B::load_unaligned(x + j) + B::load_unaligned(res + j)).store_unaligned(s + j);
+    for (; j < e; ++j) s[j] = x[j] + res[j];  // scalar tail
+  });
+}
+
+// The statistics of one row s (n floats), in one pass.
+// layernorm: mean and 1/sqrt(var + eps) from the sums of d = s - k and d^2, with the shift k =
+//   s[0] (returned too: the normalize pass forms (s - k) - mean_d, exact where s is near k). The
+//   cancellation in var = (sum(d^2) - sum(d)^2 / n) / n scales the sums' rounding by
+//   sum(d^2) / (n var) = 1 + (mean - k)^2 / var; above 4 (s[0] more than sqrt(3) standard
+//   deviations from the mean) the variance is recomputed around the mean (s is in L1 then).
+// rmsnorm: 1/sqrt(mean(s^2) + eps).
+// `next` (or null) is prefetched along the way.
+struct RowStats {
+  float shift = 0.f;   // k (layernorm)
+  float mean_d = 0.f;  // mean(s) - k (layernorm)
+  float rstd = 0.f;
+};
+
+template <class Arch>
+RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
+  using B = fbatch<Arch>;
+  constexpr std::int64_t W = B::size;
+  const float fn = static_cast<float>(n);
+  RowStats st;
+  if (!layer) {
+    B a0(0.f), a1(0.f), a2(0.f), a3(0.f);
+    std::int64_t j = 0;
+    for (; j + 4 * W <= n; j += 4 * W) {
+      const B v0 = B::load_unaligned(s + j), v1 = B::load_unaligned(s + j + W);
+      const B v2 = B::load_unaligned(s + j + 2 * W), v3 = B::load_unaligned(s + j + 3 * W);
+      a0 = xsimd::fma(v0, v0, a0);
+      a1 = xsimd::fma(v1, v1, a1);
+      a2 = xsimd::fma(v2, v2, a2);
+      a3 = xsimd::fma(v3, v3, a3);
+    }
+    for (; j + W <= n; j += W) {
+      const B v = B::load_unaligned(s + j);
+      a0 = xsimd::fma(v, v, a0);
+    }
+    float ss = xsimd::hadd((a0 + a1) + (a2 + a3));
+    for (; j < n; ++j) ss += s[j] * s[j];  // scalar tail
+    st.rstd = 1.f / std::sqrt(ss / fn + eps);
+    return st;
   }
-  for (; j + W <= n; j += W) a0 += f(B::load_unaligned(s + j));
-  float acc = xsimd::hadd((a0 + a1) + (a2 + a3));
-  for (; j < n; ++j) acc += f(B(s[j])).get(0);  // scalar tail, same arithmetic
-  return acc;
+  const float k = s[0];
+  const B vk(k);
+  B a0(0.f), a1(0.f), q0(0.f), q1(0.f);
+  std::int64_t j = 0;
+  for (; j + 2 * W <= n; j += 2 * W) {
+    const B d0 = B::load_unaligned(s + j) - vk, d1 = B::load_unaligned(s + j + W) - vk;
+    a0 += d0;
+    a1 += d1;
+    q0 = xsimd::fma(d0, d0, q0);
+    q1 = xsimd::fma(d1, d1, q1);
+  }
+  if (j + W <= n) {
+    const B d = B::load_unaligned(s + j) - vk;
+    a0 += d;
+    q0 = xsimd::fma(d, d, q0);
+    j += W;
+  }
+  float s1 = xsimd::hadd(a0 + a1), s2 = xsimd::hadd(q0 + q1);
+  for (; j < n; ++j) {  // scalar tail
+    const float d = s[j] - k;
+    s1 += d;
+    s2 += d * d;
+  }
+  const float md = s1 / fn;
+  float var = (s2 - s1 * md) / fn;
+  if (!(var >= 0.25f * (s2 / fn))) {  // ill-conditioned (or NaN: recomputing keeps it NaN)
+    const B vmd(md);
+    B v0(0.f), v1(0.f);
+    for (j = 0; j + 2 * W <= n; j += 2 * W) {
+      const B d0 = (B::load_unaligned(s + j) - vk) - vmd, d1 = (B::load_unaligned(s + j + W) - vk) - vmd;
+      v0 = xsimd::fma(d0, d0, v0);
+      v1 = xsimd::fma(d1, d1, v1);
+    }
+    for (; j + W <= n; j += W) {
+      const B d = (B::load_unaligned(s + j) - vk) - vmd;
+      v0 = xsimd::fma(d, d, v0);
+    }
+    float q = xsimd::hadd(v0 + v1);
+    for (; j < n; ++j) q += ((s[j] - k) - md) * ((s[j] - k) - md);
+    var = q / fn;
+  }
+  st.shift = k;
+  st.mean_d = md;
+  st.rstd = 1.f / std::sqrt(var + eps);
+  return st;
+}
+
+// The normalize pass of one row: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm),
+// y = s * rstd * g (rmsnorm); non-temporal stores with `stream`, `next` and `next2` (rows, or
+// null) prefetched one line per vector.
+template <class Arch>
+void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, std::int64_t n,
+                   const RowStats& st, bool stream, const float* next, const float* next2) {
+  using B = fbatch<Arch>;
+  const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
+  const float k = st.shift, md = st.mean_d, r = st.rstd;
+  auto pf = [&](std::int64_t j) {
+    prefetch_line<Arch>(next, j);
+    prefetch_line<Arch>(next2, j);
+  };
+  if (!layer) {
+    write_row<Arch>(
+        y, n, stream, [&](std::int64_t j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
+        [&](std::int64_t j) { return s[j] * r * g[j]; }, pf);
+  } else if (b) {
+    write_row<Arch>(
+        y, n, stream,
+        [&](std::int64_t j) {
+          const B d = (B::load_unaligned(s + j) - vk) - vmd;
+          return xsimd::fma(d * vr, B::load_unaligned(g + j), B::load_unaligned(b + j));
+        },
+        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j] + b[j]; }, pf);
+  } else {
+    write_row<Arch>(
+        y, n, stream,
+        [&](std::int64_t j) { return ((B::load_unaligned(s + j) - vk) - vmd) * vr * B::load_unaligned(g + j); },
+        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j]; }, pf);
+  }
 }
 
 }  // namespace
 
 template <class Arch>
 void Norm::operator()(Arch, const KernelArgs& args) const {
-  using B = fbatch<Arch>;
-  constexpr std::int64_t W = B::size;
   const NormParams& p = args.desc->p<NormParams>();
   const bool layer = args.desc->op == OpKind::layernorm;
   const bool has_bias = layer && p.has_bias;
@@ -388,104 +521,41 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
   // norm_supports(): memory is R contiguous rows of n floats, in the same row order in x, y,
   // residual and sum, and a row's element order matches scale's and bias's (dense row-major).
   const std::int64_t rows = shape.numel() / n;
-  const float fn = static_cast<float>(n), eps = p.epsilon;
+
+  // Pass 0 - the residual add as its own pass over the tensor (naive's order): s = x + residual
+  // into the sum output, or into y, which the row passes then read back.
+  const float* s = xp;
+  if (rp) {
+    float* st = sp ? sp : yp;
+    add_pass<Arch>(xp, rp, st, shape.numel(), args.threads);
+    s = st;
+  }
 
   const bool stream = args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes);
   parallel_for(rows, args.threads, n >= 4096 ? 1 : 4096 / n, [&](std::int64_t rb, std::int64_t re) {
     for (std::int64_t r = rb; r < re; ++r) {
-      const float* x = xp + r * n;
-      float* y = yp + r * n;
-      // Streaming: the next row of x (and residual) is prefetched during the passes that run
-      // in L1, and y is written with non-temporal stores.
-      const float* next = stream && r + 1 < re ? x + n : nullptr;
-      const float* next_res = next && rp ? rp + (r + 1) * n : nullptr;
-      // Pass 1 - the mean (rmsnorm: mean square) of s; with a residual, s = x + residual is
-      // formed here and stored into the sum output (or y), where passes 2-3 re-read it from L1.
-      const float* s = x;
-      float acc = 0.f;
-      if (rp) {
-        const float* res = rp + r * n;
-        float* st = sp ? sp + r * n : y;
-        B a0(0.f), a1(0.f);
-        std::int64_t j = 0;
-        for (; j + 2 * W <= n; j += 2 * W) {
-          const B v0 = B::load_unaligned(x + j) + B::load_unaligned(res + j);
-          const B v1 = B::load_unaligned(x + j + W) + B::load_unaligned(res + j + W);
-          v0.store_unaligned(st + j);
-          v1.store_unaligned(st + j + W);
-          a0 += layer ? v0 : v0 * v0;
-          a1 += layer ? v1 : v1 * v1;
-        }
-        for (; j + W <= n; j += W) {
-          const B v = B::load_unaligned(x + j) + B::load_unaligned(res + j);
-          v.store_unaligned(st + j);
-          a0 += layer ? v : v * v;
-        }
-        acc = xsimd::hadd(a0 + a1);
-        for (; j < n; ++j) {  // scalar tail
-          const float v = x[j] + res[j];
-          st[j] = v;
-          acc += layer ? v : v * v;
-        }
-        s = st;
-      } else if (layer) {
-        acc = row_sum<Arch>(x, n, [](B v) { return v; });
-      } else {
-        acc = row_sum<Arch>(x, n, [](B v) { return v * v; });
-      }
-      const float mean = acc / fn;  // rmsnorm: the mean square
-
-      // Pass 2 - layernorm's variance around the mean (two-pass, no cancellation).
-      float inv_std;
-      if (layer) {
-        const B vm(mean);
-        const float var = row_sum<Arch>(
-            s, n,
-            [&](B v) {
-              const B d = v - vm;
-              return d * d;
-            },
-            next, next_res);
-        inv_std = 1.f / std::sqrt(var / fn + eps);
-      } else {
-        inv_std = 1.f / std::sqrt(mean + eps);
-      }
-
-      // Pass 3 - normalize: y = (s - mean) * inv_std * scale [+ bias]; rmsnorm: s * inv_std * scale.
-      const B vm(layer ? mean : 0.f), vr(inv_std);
-      std::int64_t j = 0;
-      if (stream) {
-        // Head up to a vector-aligned y with plain stores, then non-temporal stores.
-        if (reinterpret_cast<std::uintptr_t>(y) % sizeof(float) == 0)
-          for (; j < n && reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) != 0; ++j)
-            y[j] = (s[j] - (layer ? mean : 0.f)) * inv_std * gp[j] + (bp ? bp[j] : 0.f);
-        if (reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) == 0) {
-          for (; j + W <= n; j += W) {
-            if (!layer && next) {  // rmsnorm has no variance pass: prefetch here
-              __builtin_prefetch(next + j);
-              if (next_res) __builtin_prefetch(next_res + j);
-            }
-            B v = (B::load_unaligned(s + j) - vm) * vr * B::load_unaligned(gp + j);
-            if (bp) v += B::load_unaligned(bp + j);
-            store_stream<Arch>(y + j, v);
-          }
-        }
-      }
-      if (bp) {
-        for (; j + W <= n; j += W)
-          xsimd::fma((B::load_unaligned(s + j) - vm) * vr, B::load_unaligned(gp + j), B::load_unaligned(bp + j))
-              .store_unaligned(y + j);
-        for (; j < n; ++j) y[j] = (s[j] - mean) * inv_std * gp[j] + bp[j];
-      } else {
-        for (; j + W <= n; j += W)
-          ((B::load_unaligned(s + j) - vm) * vr * B::load_unaligned(gp + j)).store_unaligned(y + j);
-        const float m0 = layer ? mean : 0.f;
-        for (; j < n; ++j) y[j] = (s[j] - m0) * inv_std * gp[j];
-      }
+      const float* row = s + r * n;
+      // Pass 1 - the row statistics (layernorm: mean and variance; rmsnorm: mean square).
+      const RowStats st = row_stats<Arch>(layer, row, n, p.epsilon);
+      // Pass 2 - normalize from L1. Streaming: non-temporal stores, the next row prefetched.
+      const float* next = stream && r + 1 < re ? row + n : nullptr;
+      normalize_row<Arch>(layer, row, gp, bp, yp + r * n, n, st, stream, next, nullptr);
     }
     if (stream) _mm_sfence();  // order the non-temporal stores before the threads join
   });
 }
+
+// ---- test entry point --------------------------------------------------------------------------
+
+inline namespace OPFUSE_SIMD_NS {
+void exp_nonpositive_eval(const float* x, float* y, std::int64_t n) {
+  using B = fbatch<OPFUSE_SIMD_ARCH>;
+  constexpr std::int64_t W = B::size;
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) vmath::exp_nonpositive<OPFUSE_SIMD_ARCH>(B::load_unaligned(x + i)).store_unaligned(y + i);
+  for (; i < n; ++i) y[i] = vmath::exp_nonpositive<OPFUSE_SIMD_ARCH>(B(x[i])).get(0);
+}
+}  // namespace OPFUSE_SIMD_NS
 
 OPFUSE_SIMD_INSTANTIATE(Softmax);
 OPFUSE_SIMD_INSTANTIATE(Norm);
