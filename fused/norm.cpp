@@ -1,0 +1,623 @@
+// fused/norm.cpp - softmax with its scale and mask, and add & norm (layernorm / rmsnorm with a
+// residual input), each in one read of its inputs.
+//
+// naive: (naive/softmax.cpp, naive/norm.cpp) one scalar pass over the whole tensor per step, in
+//        double; the residual add is its own pass s = x + residual, materialized.
+// simd:  (simd/norm.cpp) the same steps, vectorized per row. softmax: max, exp into y + sum,
+//        scale, with scale * x + mask formed in registers in the max and exp passes (x and mask
+//        read twice, the second time from L1 for rows of a few thousand floats; y written, read
+//        back and written again). layernorm / rmsnorm: the residual add is a separate pass over
+//        the whole tensor (s into the sum output or y), then per row a statistics pass (one
+//        shifted sum / sum-of-squares pass) and a normalize pass that read s back from memory.
+// fused: the row stays in L1 or registers between one read of the inputs and one write of y.
+//        softmax: z = scale * x + mask is computed once, in registers, on the row's only read of
+//          x and mask, and kept in a per-thread L1 row buffer (rows up to 4096 floats, the
+//          stack) while the max is reduced; exp(z - max) and its sum run in that buffer; y is
+//          written once from it (non-temporally for tensors >= 16 MiB, the next row prefetched
+//          meanwhile). Longer rows and strided axes (one lane per row, W rows at once) use online
+//          softmax instead: one read computing the running max m and the rescaled sum
+//          s = s * e^(m_old - m) + e^(z - m) per lane, then one read writing e^(z - m) / s, so a
+//          row is never written twice. Fully masked rows give 0 and a NaN (or +inf: inf - inf)
+//          makes the row NaN, naive's rules, decided from the sum alone.
+//        layernorm / rmsnorm + residual: s = x + residual is formed in registers on the one read
+//          of x and residual, the statistics (shifted sum and sum of squares, or the sum of
+//          squares) are accumulated from the same registers, s is kept in an L1 row buffer (and
+//          stored to the sum output when write_sum asks for it, the next residual stream), then
+//          y is normalized from L1. DRAM traffic: x, residual in; y [, sum] out - against simd's
+//          x, residual in, s out; s in, y out. Without a residual the kernel is the simd row
+//          kernel (one statistics pass, one normalize pass).
+// Measured (opfuse-bench, one run, medians of 3, 1 thread, AVX-512, this 2-core Zen 4 VM with
+// other builds running): see MEASURED below.
+#include <array>
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "fused/norm.hpp"
+#include "simd/common.hpp"
+#include "simd/vmath.hpp"
+
+namespace opfuse::fused {
+inline namespace OPFUSE_SIMD_NS {
+
+using simd::fbatch;
+using i64 = std::int64_t;
+
+namespace {
+
+using Index = std::array<i64, kMaxRank>;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kLowest = std::numeric_limits<float>::lowest();
+
+constexpr std::size_t u(int d) { return static_cast<std::size_t>(d); }
+
+// Outputs of at least this many bytes are stored non-temporally (they cannot stay in cache).
+constexpr i64 kStreamBytes = 16 << 20;
+// Row buffer on the stack (floats): a row this long stays in L1 between the passes.
+constexpr i64 kRowBuf = 4096;
+
+// max(a, b) lane by lane (b where either is NaN); AVX-512 in the masked form (GCC 12's plain
+// _mm512_max_ps reads _mm512_undefined_ps() and raises false warnings, PR 105593).
+template <class Arch>
+inline fbatch<Arch> vmax(fbatch<Arch> a, fbatch<Arch> b) {
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+    return _mm512_mask_max_ps(b, 0xFFFF, a, b);
+  else
+    return xsimd::max(a, b);
+}
+
+template <class Arch>
+inline fbatch<Arch> expn(fbatch<Arch> x) {
+  return simd::vmath::exp_nonpositive<Arch>(x);
+}
+
+// One prefetch per cache line of p (or nothing for null), for the vector at offset j.
+template <class Arch>
+inline void prefetch_line(const float* p, i64 j) {
+  constexpr i64 W = fbatch<Arch>::size;
+  if (p && (W >= 16 || j % 16 == 0)) __builtin_prefetch(p + j);
+}
+
+// y[j] = f(j) for j < n (f: the batch at j; fs: one element, for the head and the tail). With
+// `stream` the vector-aligned body is stored non-temporally; pf(j) runs once per body vector.
+template <class Arch, class F, class FS, class PF>
+void write_row(float* y, i64 n, bool stream, F f, FS fs, PF pf) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  i64 j = 0;
+  if (stream) {
+    if (reinterpret_cast<std::uintptr_t>(y) % sizeof(float) == 0)
+      for (; j < n && reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) != 0; ++j) y[j] = fs(j);
+    if (reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) == 0)
+      for (; j + W <= n; j += W) {
+        pf(j);
+        simd::store_stream<Arch>(y + j, f(j));
+      }
+  }
+  for (; j + W <= n; j += W) {
+    pf(j);
+    f(j).store_unaligned(y + j);
+  }
+  for (; j < n; ++j) y[j] = fs(j);  // scalar tail
+}
+
+// ---- softmax ------------------------------------------------------------------------------------
+
+// A logical index walking `shape` in row-major order with the element offsets of x, y, mask.
+struct Walker {
+  Shape shape;
+  std::array<Index, 3> strides{};
+  Index idx{};
+  std::array<i64, 3> off{};
+
+  void seek(i64 flat) {
+    for (int d = shape.rank - 1; d >= 0; --d) {
+      idx[u(d)] = flat % shape.dims[u(d)];
+      flat /= shape.dims[u(d)];
+    }
+    for (std::size_t t = 0; t < 3; ++t) {
+      off[t] = 0;
+      for (int d = 0; d < shape.rank; ++d) off[t] += idx[u(d)] * strides[t][u(d)];
+    }
+  }
+  void next() {
+    for (int d = shape.rank - 1; d >= 0; --d) {
+      const std::size_t k = u(d);
+      if (++idx[k] < shape.dims[k]) {
+        for (std::size_t t = 0; t < 3; ++t) off[t] += strides[t][k];
+        return;
+      }
+      for (std::size_t t = 0; t < 3; ++t) off[t] -= strides[t][k] * (shape.dims[k] - 1);
+      idx[k] = 0;
+    }
+  }
+};
+
+// z = scale * x + mask for a row: the batch at j and one element. kScaled / kMasked drop the
+// multiply and the mask load where they are no-ops. The mask step ms is 1, 0 (broadcast) or
+// anything else (gathered).
+template <class Arch, bool kScaled, bool kMasked>
+struct Z {
+  const float* x;
+  const float* m;
+  i64 ms;
+  float scale;
+  fbatch<Arch> operator()(i64 j) const {
+    fbatch<Arch> v = fbatch<Arch>::load_unaligned(x + j);
+    if constexpr (kScaled) v *= fbatch<Arch>(scale);
+    if constexpr (kMasked) v += simd::load_strided<Arch>(m + j * ms, ms);
+    return v;
+  }
+  float at(i64 j) const { return (kScaled ? scale * x[j] : x[j]) + (kMasked ? m[j * ms] : 0.f); }
+};
+
+// Per-lane online softmax state: running max m (kLowest until a finite or +inf z arrives, so
+// m - m_new is never -inf - -inf) and sum s of e^(z - m). A -inf z adds e^-inf = 0; a NaN z,
+// or a +inf z (e^(inf - inf)), makes s NaN for good.
+template <class Arch>
+struct Online {
+  fbatch<Arch> m = fbatch<Arch>(kLowest), s = fbatch<Arch>(0.f);
+  void add(fbatch<Arch> v) {
+    const fbatch<Arch> mn = vmax<Arch>(m, v);
+    s = xsimd::fma(s, expn<Arch>(m - mn), expn<Arch>(v - mn));
+    m = mn;
+  }
+  // Four vectors at once: one rescale of s per block.
+  void add4(fbatch<Arch> v0, fbatch<Arch> v1, fbatch<Arch> v2, fbatch<Arch> v3) {
+    const fbatch<Arch> mn = vmax<Arch>(m, vmax<Arch>(vmax<Arch>(v0, v1), vmax<Arch>(v2, v3)));
+    s = s * expn<Arch>(m - mn) +
+        ((expn<Arch>(v0 - mn) + expn<Arch>(v1 - mn)) + (expn<Arch>(v2 - mn) + expn<Arch>(v3 - mn)));
+    m = mn;
+  }
+};
+
+// The scalar step of the same recurrence (row tails), on the lanes' combined (m, s).
+template <class Arch>
+void online_scalar(float& m, float& s, float v) {
+  using B = fbatch<Arch>;
+  const float mn = v > m ? v : (std::isnan(v) ? kNaN : m);
+  s = s * expn<Arch>(B(m - mn)).get(0) + expn<Arch>(B(v - mn)).get(0);
+  m = mn;
+}
+
+// Lanes -> one (m, s): M = max m_l, S = sum s_l e^(m_l - M).
+template <class Arch>
+void combine(const Online<Arch>& o, float& m, float& s) {
+  using B = fbatch<Arch>;
+  m = simd::hmax<Arch>(o.m);
+  s = xsimd::hadd(o.s * expn<Arch>(o.m - B(m)));  // a lane that saw NaN has s NaN: so has the sum
+}
+
+// y = fill for a row whose sum says NaN (NaN) or fully masked (0).
+template <class Arch>
+void fill_row(float* y, i64 n, float fill) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  i64 j = 0;
+  for (; j + W <= n; j += W) B(fill).store_unaligned(y + j);
+  for (; j < n; ++j) y[j] = fill;
+}
+
+// One contiguous row of up to kRowBuf floats: z into buf (the only read of x and mask) and the
+// max; exp(z - max) in buf and the sum; y = buf / sum (non-temporal with `stream`; `next` and
+// `next_m`, the next row's x and mask or null, prefetched meanwhile).
+template <class Arch, bool kScaled, bool kMasked>
+void row_buffered(const Z<Arch, kScaled, kMasked>& z, float* y, i64 n, float* buf, bool stream, const float* next,
+                  const float* next_m) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  // Pass 1 - z into buf, the max. NaN may or may not survive vmax; the sum catches it.
+  B m0(-kInf), m1(-kInf);
+  i64 j = 0;
+  for (; j + 2 * W <= n; j += 2 * W) {
+    const B v0 = z(j), v1 = z(j + W);
+    v0.store_aligned(buf + j);
+    v1.store_aligned(buf + j + W);
+    m0 = vmax<Arch>(m0, v0);
+    m1 = vmax<Arch>(m1, v1);
+  }
+  if (j + W <= n) {
+    const B v = z(j);
+    v.store_aligned(buf + j);
+    m0 = vmax<Arch>(m0, v);
+    j += W;
+  }
+  float mx = simd::hmax<Arch>(vmax<Arch>(m0, m1));
+  for (; j < n; ++j) {
+    buf[j] = z.at(j);
+    if (buf[j] > mx) mx = buf[j];
+  }
+  // Every z is -inf (fully masked: 0) or NaN (NaN).
+  if (mx == -kInf) {
+    bool nan = false;
+    for (j = 0; j < n; ++j) nan = nan || std::isnan(buf[j]);
+    fill_row<Arch>(y, n, nan ? kNaN : 0.f);
+    return;
+  }
+  // Pass 2 - e = exp(z - max) in place, and the sum (NaN for a NaN z or a +inf max).
+  const B vm(mx);
+  B s0(0.f), s1(0.f);
+  for (j = 0; j + 2 * W <= n; j += 2 * W) {
+    prefetch_line<Arch>(next, j);
+    prefetch_line<Arch>(next, j + W);
+    prefetch_line<Arch>(next_m, j);
+    prefetch_line<Arch>(next_m, j + W);
+    const B e0 = expn<Arch>(B::load_aligned(buf + j) - vm), e1 = expn<Arch>(B::load_aligned(buf + j + W) - vm);
+    e0.store_aligned(buf + j);
+    e1.store_aligned(buf + j + W);
+    s0 += e0;
+    s1 += e1;
+  }
+  if (j + W <= n) {
+    const B e = expn<Arch>(B::load_aligned(buf + j) - vm);
+    e.store_aligned(buf + j);
+    s0 += e;
+    j += W;
+  }
+  float sum = xsimd::hadd(s0 + s1);
+  for (; j < n; ++j) {
+    buf[j] = expn<Arch>(B(buf[j] - mx)).get(0);
+    sum += buf[j];
+  }
+  if (std::isnan(sum)) {
+    fill_row<Arch>(y, n, kNaN);
+    return;
+  }
+  // Pass 3 - y = e / sum, y's only write.
+  const float inv = 1.f / sum;
+  const B vinv(inv);
+  write_row<Arch>(
+      y, n, stream, [&](i64 k) { return B::load_unaligned(buf + k) * vinv; }, [&](i64 k) { return buf[k] * inv; },
+      [](i64) {});
+}
+
+// One contiguous row of any length, online: read 1 - running max and rescaled sum; read 2 - y.
+template <class Arch, bool kScaled, bool kMasked>
+void row_online(const Z<Arch, kScaled, kMasked>& z, float* y, i64 n, bool stream) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  Online<Arch> o;
+  i64 j = 0;
+  for (; j + 4 * W <= n; j += 4 * W) o.add4(z(j), z(j + W), z(j + 2 * W), z(j + 3 * W));
+  for (; j + W <= n; j += W) o.add(z(j));
+  float m, s;
+  combine<Arch>(o, m, s);
+  for (; j < n; ++j) online_scalar<Arch>(m, s, z.at(j));
+  if (std::isnan(s) || s == 0.f) {  // NaN / +inf in the row; or every z is -inf
+    fill_row<Arch>(y, n, std::isnan(s) ? kNaN : 0.f);
+    return;
+  }
+  const float inv = 1.f / s;
+  const B vm(m), vinv(inv);
+  write_row<Arch>(
+      y, n, stream, [&](i64 k) { return expn<Arch>(z(k) - vm) * vinv; },
+      [&](i64 k) { return expn<Arch>(B(z.at(k) - m)).get(0) * inv; }, [](i64) {});
+}
+
+// W rows at once along a strided axis, one lane each: x + l, y + l (l < W) are rows of n
+// elements with steps xa, ya; lane l's mask is at m + l * mc with axis step ma (or null).
+// Online: read 1 - per-lane running max and sum; read 2 - y. y is written once.
+template <class Arch>
+void columns_online(const float* x, i64 xa, float* y, i64 ya, const float* m, i64 ma, i64 mc, i64 n, float scale,
+                    int lanes) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  const B vscale(scale);
+  auto z = [&](i64 j) {
+    B v;
+    if (lanes == W) {
+      v = B::load_unaligned(x + j * xa);
+    } else {
+      alignas(64) float t[W] = {};
+      for (int l = 0; l < lanes; ++l) t[l] = x[j * xa + l];
+      v = B::load_aligned(t);
+    }
+    v *= vscale;
+    if (m) {
+      if (lanes == W) {
+        v += simd::load_strided<Arch>(m + j * ma, mc);
+      } else {
+        alignas(64) float t[W] = {};
+        for (int l = 0; l < lanes; ++l) t[l] = m[j * ma + l * mc];
+        v += B::load_aligned(t);
+      }
+    }
+    return v;
+  };
+  Online<Arch> o;
+  for (i64 j = 0; j < n; ++j) o.add(z(j));
+  // Lanes whose sum is NaN get NaN, lanes whose sum is 0 (fully masked) get 0.
+  const auto nan = o.s != o.s;
+  const auto dead = nan | (o.s == B(0.f));
+  const B fill = xsimd::select(nan, B(kNaN), B(0.f));
+  const B inv = B(1.f) / o.s;
+  for (i64 j = 0; j < n; ++j) {
+    const B r = xsimd::select(dead, fill, expn<Arch>(z(j) - o.m) * inv);
+    if (lanes == W) {
+      r.store_unaligned(y + j * ya);
+    } else {
+      alignas(64) float t[W];
+      r.store_aligned(t);
+      for (int l = 0; l < lanes; ++l) y[j * ya + l] = t[l];
+    }
+  }
+}
+
+template <class Arch, bool kScaled, bool kMasked>
+void softmax_rows(const Walker& base, i64 b, i64 e, const float* xp, float* yp, const float* mp, i64 ms, i64 n,
+                  float scale, bool stream) {
+  Walker w = base;
+  w.seek(b);
+  if (n > kRowBuf) {
+    for (i64 r = b; r < e; ++r, w.next())
+      row_online<Arch>(Z<Arch, kScaled, kMasked>{xp + w.off[0], mp ? mp + w.off[2] : nullptr, ms, scale}, yp + w.off[1],
+                       n, stream);
+    return;
+  }
+  alignas(64) float buf[kRowBuf];
+  for (i64 r = b; r < e; ++r) {
+    const i64 xo = w.off[0], yo = w.off[1], mo = w.off[2];
+    w.next();
+    const bool more = r + 1 < e;
+    const float* next = stream && more ? xp + w.off[0] : nullptr;
+    const float* next_m = stream && more && mp && ms != 0 && w.off[2] != mo ? mp + w.off[2] : nullptr;
+    row_buffered<Arch>(Z<Arch, kScaled, kMasked>{xp + xo, mp ? mp + mo : nullptr, ms, scale}, yp + yo, n, buf, stream,
+                       next, next_m);
+  }
+}
+
+// ---- layernorm / rmsnorm --------------------------------------------------------------------------
+
+// Row statistics, as in simd/norm.cpp: layernorm keeps the shift k (a sample of the row), the
+// mean of d = s - k and 1/sqrt(var + eps); rmsnorm 1/sqrt(mean(s^2) + eps).
+struct RowStats {
+  float shift = 0.f, mean_d = 0.f, rstd = 0.f;
+};
+
+// From the sums of d and d^2 over the row (s1, s2); the variance is recomputed around the mean
+// from s (in L1) where the shifted formula would lose more than 2 bits (see simd/norm.cpp).
+template <class Arch>
+RowStats finish_layer(const float* s, i64 n, float k, float s1, float s2, float eps) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  const float fn = static_cast<float>(n);
+  const float md = s1 / fn;
+  float var = (s2 - s1 * md) / fn;
+  if (!(var >= 0.25f * (s2 / fn))) {
+    const B vk(k), vmd(md);
+    B v0(0.f), v1(0.f);
+    i64 j = 0;
+    for (; j + 2 * W <= n; j += 2 * W) {
+      const B d0 = (B::load_unaligned(s + j) - vk) - vmd, d1 = (B::load_unaligned(s + j + W) - vk) - vmd;
+      v0 = xsimd::fma(d0, d0, v0);
+      v1 = xsimd::fma(d1, d1, v1);
+    }
+    for (; j + W <= n; j += W) {
+      const B d = (B::load_unaligned(s + j) - vk) - vmd;
+      v0 = xsimd::fma(d, d, v0);
+    }
+    float q = xsimd::hadd(v0 + v1);
+    for (; j < n; ++j) q += ((s[j] - k) - md) * ((s[j] - k) - md);
+    var = q / fn;
+  }
+  return {k, md, 1.f / std::sqrt(var + eps)};
+}
+
+// Pass 1 of a row: s = x [+ res] in registers, stored to buf (when s is not x itself) and to
+// sum (when asked; non-temporally with `stream_sum`), statistics accumulated on the way.
+template <class Arch>
+RowStats stats_pass(bool layer, const float* x, const float* res, float* buf, float* sum, bool stream_sum, i64 n,
+                    float eps) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  auto ld = [&](i64 j) {
+    return res ? B::load_unaligned(x + j) + B::load_unaligned(res + j) : B::load_unaligned(x + j);
+  };
+  auto lds = [&](i64 j) { return res ? x[j] + res[j] : x[j]; };
+  const float k = layer ? lds(0) : 0.f;
+  const B vk(k);
+  B a0(0.f), a1(0.f), q0(0.f), q1(0.f);
+  float s1 = 0.f, s2 = 0.f;
+  auto scalar = [&](i64 j) {
+    const float v = lds(j);
+    if (buf) buf[j] = v;
+    if (sum) sum[j] = v;
+    const float d = v - k;
+    s1 += d;
+    s2 += d * d;
+  };
+  i64 j = 0;
+  bool nt = false;  // the sum body is vector-aligned and streamed
+  if (sum && stream_sum && reinterpret_cast<std::uintptr_t>(sum) % sizeof(float) == 0) {
+    for (; j < n && reinterpret_cast<std::uintptr_t>(sum + j) % sizeof(B) != 0; ++j) scalar(j);
+    nt = true;
+  }
+  auto put = [&](i64 at, B v) {
+    if (buf) v.store_unaligned(buf + at);
+    if (sum) {
+      if (nt)
+        simd::store_stream<Arch>(sum + at, v);
+      else
+        v.store_unaligned(sum + at);
+    }
+  };
+  for (; j + 2 * W <= n; j += 2 * W) {
+    const B v0 = ld(j), v1 = ld(j + W);
+    put(j, v0);
+    put(j + W, v1);
+    const B d0 = v0 - vk, d1 = v1 - vk;
+    if (layer) a0 += d0, a1 += d1;
+    q0 = xsimd::fma(d0, d0, q0);
+    q1 = xsimd::fma(d1, d1, q1);
+  }
+  for (; j + W <= n; j += W) {
+    const B v = ld(j);
+    put(j, v);
+    const B d = v - vk;
+    if (layer) a0 += d;
+    q0 = xsimd::fma(d, d, q0);
+  }
+  s1 += xsimd::hadd(a0 + a1);
+  s2 += xsimd::hadd(q0 + q1);
+  for (; j < n; ++j) scalar(j);  // scalar tail
+  const float fn = static_cast<float>(n);
+  if (!layer) return {0.f, 0.f, 1.f / std::sqrt(s2 / fn + eps)};
+  return finish_layer<Arch>(buf ? buf : x, n, k, s1, s2, eps);
+}
+
+// Pass 2: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm), s * rstd * g (rmsnorm).
+template <class Arch>
+void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, i64 n, const RowStats& st,
+                   bool stream, const float* next, const float* next2) {
+  using B = fbatch<Arch>;
+  const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
+  const float k = st.shift, md = st.mean_d, r = st.rstd;
+  auto pf = [&](i64 j) {
+    prefetch_line<Arch>(next, j);
+    prefetch_line<Arch>(next2, j);
+  };
+  if (!layer) {
+    write_row<Arch>(
+        y, n, stream, [&](i64 j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
+        [&](i64 j) { return s[j] * r * g[j]; }, pf);
+  } else if (b) {
+    write_row<Arch>(
+        y, n, stream,
+        [&](i64 j) {
+          const B d = (B::load_unaligned(s + j) - vk) - vmd;
+          return xsimd::fma(d * vr, B::load_unaligned(g + j), B::load_unaligned(b + j));
+        },
+        [&](i64 j) { return ((s[j] - k) - md) * r * g[j] + b[j]; }, pf);
+  } else {
+    write_row<Arch>(
+        y, n, stream, [&](i64 j) { return ((B::load_unaligned(s + j) - vk) - vmd) * vr * B::load_unaligned(g + j); },
+        [&](i64 j) { return ((s[j] - k) - md) * r * g[j]; }, pf);
+  }
+}
+
+}  // namespace
+}  // namespace OPFUSE_SIMD_NS
+
+template <class Arch>
+void Softmax::operator()(Arch, const KernelArgs& args) const {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  const SoftmaxParams& p = args.desc->p<SoftmaxParams>();
+  const Tensor& x = *args.in[0];
+  const Tensor* mask = p.has_mask ? args.in[1] : nullptr;
+  const Tensor& y = *args.out[0];
+  const Shape& shape = x.shape();
+  const int rank = shape.rank;
+  const int a = p.axis < 0 ? p.axis + rank : p.axis;
+  const i64 n = shape.dims[u(a)];
+  const Index xs = x.strides(), ys = y.strides();
+  const Index ms = mask ? simd::broadcast_strides(mask->desc(), shape) : Index{};
+  assert(xs == ys);
+  const float* xp = x.data();
+  const float* mp = mask ? mask->data() : nullptr;
+  float* yp = y.mutable_data();
+  const float scale = p.scale;
+  const bool stream = y.bytes() >= static_cast<std::size_t>(kStreamBytes);
+
+  Walker base;
+  base.shape = shape;
+  base.strides = {xs, ys, ms};
+
+  if (n == 1 || xs[u(a)] == 1) {
+    // Contiguous rows of n floats.
+    base.shape.dims[u(a)] = 1;
+    const i64 rows = shape.numel() / n;
+    const i64 msa = ms[u(a)];
+    simd::parallel_for(rows, args.threads, n >= 2048 ? 1 : 2048 / n, [&](i64 b, i64 e) {
+      if (mp)
+        scale != 1.f ? softmax_rows<Arch, true, true>(base, b, e, xp, yp, mp, msa, n, scale, stream)
+                     : softmax_rows<Arch, false, true>(base, b, e, xp, yp, mp, msa, n, scale, stream);
+      else
+        scale != 1.f ? softmax_rows<Arch, true, false>(base, b, e, xp, yp, mp, msa, n, scale, stream)
+                     : softmax_rows<Arch, false, false>(base, b, e, xp, yp, mp, msa, n, scale, stream);
+      if (stream) _mm_sfence();  // order the non-temporal stores before the threads join
+    });
+    return;
+  }
+
+  // Strided axis: the contiguous dim c holds neighbouring rows, W of them per vector (the last
+  // group of a panel may be partial). Panels are every index but a and c.
+  int c = -1;
+  for (int d = 0; d < rank; ++d)
+    if (d != a && xs[u(d)] == 1 && shape.dims[u(d)] > 1) c = d;
+  assert(c >= 0);
+  const i64 L = shape.dims[u(c)];
+  constexpr i64 CB = 8 * W;
+  const i64 blocks = (L + CB - 1) / CB;
+  base.shape.dims[u(a)] = 1;
+  base.shape.dims[u(c)] = 1;
+  const i64 panels = base.shape.numel();
+  const i64 xa = xs[u(a)], ya = ys[u(a)], ma = ms[u(a)], mc = ms[u(c)];
+  simd::parallel_for(panels * blocks, args.threads, 1, [&](i64 b, i64 e) {
+    Walker w = base;
+    for (i64 item = b; item < e; ++item) {
+      w.seek(item / blocks);
+      const i64 l0 = item % blocks * CB, l1 = l0 + CB < L ? l0 + CB : L;
+      const float* xb = xp + w.off[0];
+      float* yb = yp + w.off[1];
+      const float* mb = mp ? mp + w.off[2] : nullptr;
+      for (i64 l = l0; l < l1; l += W) {
+        const int lanes = static_cast<int>(l + W <= l1 ? W : l1 - l);
+        columns_online<Arch>(xb + l, xa, yb + l, ya, mb ? mb + l * mc : nullptr, ma, mc, n, scale, lanes);
+      }
+    }
+  });
+}
+
+template <class Arch>
+void Norm::operator()(Arch, const KernelArgs& args) const {
+  const NormParams& p = args.desc->p<NormParams>();
+  const bool layer = args.desc->op == OpKind::layernorm;
+  const bool has_bias = layer && p.has_bias;
+  // Inputs: x, scale, [bias], [residual]. Outputs: y, [sum].
+  const float* xp = args.in[0]->data();
+  const float* gp = args.in[1]->data();
+  const float* bp = has_bias ? args.in[2]->data() : nullptr;
+  const float* rp = p.has_residual ? args.in[has_bias ? 3 : 2]->data() : nullptr;
+  float* yp = args.out[0]->mutable_data();
+  float* sp = p.has_residual && p.write_sum ? args.out[1]->mutable_data() : nullptr;
+
+  const Shape& shape = args.in[0]->shape();
+  const int axis = p.axis < 0 ? p.axis + shape.rank : p.axis;
+  i64 n = 1;
+  for (int d = axis; d < shape.rank; ++d) n *= shape.dims[u(d)];
+  // simd::norm_supports(): R contiguous rows of n floats, the same row order in x, y, residual
+  // and sum, a row's element order that of scale and bias.
+  const i64 rows = shape.numel() / n;
+  const bool stream = args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes);
+  // Where s = x + residual lives between the passes: the stack row buffer (streaming, so y
+  // and sum can be written non-temporally), else the sum output or y itself (plain stores; the
+  // normalize pass reads it back from L1 and overwrites y in place).
+  const bool use_buf = rp && stream && n <= kRowBuf;
+
+  simd::parallel_for(rows, args.threads, n >= 4096 ? 1 : 4096 / n, [&](i64 rb, i64 re) {
+    alignas(64) float buf[kRowBuf];  // used only with use_buf
+    for (i64 r = rb; r < re; ++r) {
+      const float* x = xp + r * n;
+      const float* res = rp ? rp + r * n : nullptr;
+      float* y = yp + r * n;
+      float* sum = sp ? sp + r * n : nullptr;
+      // Pass 1 - s in registers, statistics, s kept for pass 2 (buf, sum or y).
+      float* keep = !rp ? nullptr : use_buf ? buf : sum ? sum : y;
+      const RowStats st = stats_pass<Arch>(layer, x, res, keep, keep == sum ? nullptr : sum, stream, n, p.epsilon);
+      // Pass 2 - normalize from L1; the next rows of x and residual prefetched when streaming.
+      const float* s = keep ? keep : x;
+      const bool more = stream && r + 1 < re;
+      normalize_row<Arch>(layer, s, gp, bp, y, n, st, stream, more ? x + n : nullptr, more && res ? res + n : nullptr);
+    }
+    if (stream) _mm_sfence();  // order the non-temporal stores before the threads join
+  });
+}
+
+OPFUSE_SIMD_INSTANTIATE(Softmax);
+OPFUSE_SIMD_INSTANTIATE(Norm);
+
+}  // namespace opfuse::fused
