@@ -221,7 +221,8 @@ def ladder_lines(run, op, case, by_threads):
             body = f"{perf}."
         else:
             speedup = prev["time_ns"] / r["time_ns"]
-            body = f"**{speedup:.2f}x {'faster' if speedup >= 1 else 'slower'} than {prev_impl}**: {perf}."
+            change = f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
+            body = f"**{change} than {prev_impl}**: {perf}."
             prev_isa = run.kernel_info(prev["kernel"], "roof_isa")
             p_prev, p_now = run.peak(prev_isa, 1), run.peak(roof_isa, 1)
             bw = run.bandwidth(1)
