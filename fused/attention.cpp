@@ -157,9 +157,19 @@ void qk_tile(const float* __restrict k, int64_t ks, int64_t D, const float* __re
     }
 }
 
-// O^T rows [0, R) (columns e .. e + R of v) = c * O^T + V^T P^T over the tile's n keys: v rows
-// vs apart starting at the tile's first key (absolute index j0), P^T in st (n x BQ), c in corr.
-// kMasked (the causal diagonal tile): lanes that don't see a key skip its FMA.
+// c + a * b in the lanes of m, c elsewhere (AVX-512: one masked FMA).
+template <class Arch>
+fbatch<Arch> masked_fma(fbatch<Arch> a, fbatch<Arch> b, fbatch<Arch> c, xsimd::batch_bool<float, Arch> m) {
+  if constexpr (std::is_same_v<Arch, simd::avx512>)
+    return _mm512_mask3_fmadd_ps(a, b, c, m);
+  else
+    return xsimd::select(m, xsimd::fma(a, b, c), c);
+}
+
+// O^T rows [0, R) (columns e .. e + R of v) = c * O^T + V^T P^T over n keys: v rows vs apart
+// starting at key j0 (absolute index), P^T in st (n x BQ), c in corr (null: no rescale, O^T +=).
+// kMasked (the causal diagonal's keys): lanes that don't see a key skip its FMA, so a hidden V
+// row never meets their zero weight (0 * NaN).
 template <class Arch, int R, bool kMasked>
 void pv_tile(const float* __restrict v, int64_t vs, int64_t n, const float* __restrict st, const float* __restrict corr,
              float* __restrict ot, int64_t j0, int64_t diag) {
@@ -177,21 +187,28 @@ void pv_tile(const float* __restrict v, int64_t vs, int64_t n, const float* __re
     B p[NQ];
 #pragma GCC unroll 4
     for (int q = 0; q < NQ; ++q) p[q] = B::load_aligned(st + j * BQ + q * W);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const B vr(v[j * vs + r]);
+    if constexpr (kMasked) {
+      xsimd::batch_bool<float, Arch> vis[NQ];
 #pragma GCC unroll 4
-      for (int q = 0; q < NQ; ++q) {
-        if constexpr (kMasked)
-          acc[r][q] = xsimd::select(sees<Arch>(j0 + j, diag, q * W, iota), xsimd::fma(vr, p[q], acc[r][q]), acc[r][q]);
-        else
-          acc[r][q] = xsimd::fma(vr, p[q], acc[r][q]);
+      for (int q = 0; q < NQ; ++q) vis[q] = sees<Arch>(j0 + j, diag, q * W, iota);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const B vr(v[j * vs + r]);
+#pragma GCC unroll 4
+        for (int q = 0; q < NQ; ++q) acc[r][q] = masked_fma<Arch>(vr, p[q], acc[r][q], vis[q]);
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const B vr(v[j * vs + r]);
+#pragma GCC unroll 4
+        for (int q = 0; q < NQ; ++q) acc[r][q] = xsimd::fma(vr, p[q], acc[r][q]);
       }
     }
   }
 #pragma GCC unroll 4
   for (int q = 0; q < NQ; ++q) {
-    const B c = B::load_aligned(corr + q * W);
+    const B c = corr ? B::load_aligned(corr + q * W) : B(1.f);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float* o = ot + r * BQ + q * W;
@@ -303,11 +320,10 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
     float* oh = op + bb * os[0] + hh * os[1] + i0 * os[2];
 
     // Q^T (D x BQ): lane l holds query i0 + l; lanes past Sq are 0.
-    for (int64_t d = 0; d < D; ++d) {
-      float* row = qt + d * BQ;
-      for (int64_t l = 0; l < lanes; ++l) row[l] = qh[l * qs[2] + d];
-      for (int64_t l = lanes; l < BQ; ++l) row[l] = 0.f;
-    }
+    for (int64_t l = 0; l < lanes; ++l)  // each query row read front to back
+      for (int64_t d = 0; d < D; ++d) qt[d * BQ + l] = qh[l * qs[2] + d];
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t l = lanes; l < BQ; ++l) qt[d * BQ + l] = 0.f;
     for (int64_t e = 0; e < Dv * BQ; e += W) B(0.f).store_aligned(ot + e);
     for (int64_t l = 0; l < BQ; l += W) {
       B(-kInf).store_aligned(mrow + l);
@@ -356,11 +372,16 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
         m_new.store_aligned(mrow + u * W);
         c.store_aligned(crow + u * W);
       }
-      // O^T = c O^T + V^T P^T.
+      // O^T = c O^T + V^T P^T: keys [0, full) are seen by every lane, the rest of a diagonal
+      // tile through the masked FMA.
+      const int64_t full = diag ? std::clamp<int64_t>(i0 + off + 1 - j0, 0, n) : n;
       for (int64_t e = 0; e < Dv; e += ME) {
-        const int64_t rows = std::min<int64_t>(ME, Dv - e);
-        kPv<Arch>[diag][static_cast<std::size_t>(rows - 1)](vh + j0 * vs[2] + e, vs[2], n, st, crow, ot + e * BQ, j0,
-                                                            i0 + off);
+        const auto r = static_cast<std::size_t>(std::min<int64_t>(ME, Dv - e) - 1);
+        const float* ve = vh + j0 * vs[2] + e;
+        kPv<Arch>[false][r](ve, vs[2], full, st, crow, ot + e * BQ, j0, i0 + off);
+        if (full < n)
+          kPv<Arch>[true][r](ve + full * vs[2], vs[2], n - full, st + full * BQ, nullptr, ot + e * BQ, j0 + full,
+                             i0 + off);
       }
     }
 

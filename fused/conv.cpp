@@ -298,14 +298,20 @@ void direct_tile_epi(const float* const* xs, const float* w, i64 R, i64 S, i64 C
       }
     }
   }
-  if (epi)
+  if (epi) {
+    // The real pixels are a prefix of the tile (padding repeats the last one): the chain runs
+    // on them in an L1 buffer, then they are stored as usual.
+    alignas(64) float t[MR * NV * Wd];
+    int real = 0;
     for (int i = 0; i < MR; ++i) {
       if (!ys[i]) continue;
-      for (int v = 0; v < NV; ++v) {
-        const i64 cnt = std::min<i64>(Wd, valid_k - v * Wd);
-        if (cnt > 0) acc[i][v] = epi->template apply<Arch>(acc[i][v], pix[i], k0 + v * Wd, cnt);
-      }
+      real = i + 1;
+      for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * NV * Wd + v * Wd);
     }
+    epi->template apply_tile<Arch>(t, NV * Wd, real, pix[0], k0, valid_k);
+    for (int i = 0; i < real; ++i)
+      for (int v = 0; v < NV; ++v) acc[i][v] = B::load_aligned(t + i * NV * Wd + v * Wd);
+  }
   if (valid_k == NV * Wd) {
     for (int i = 0; i < MR; ++i)
       if (ys[i])

@@ -18,6 +18,7 @@
 #error "fused/gemm_epilogue.hpp is for the per-ISA fused/*.cpp"
 #endif
 
+#include <algorithm>
 #include <cstdint>
 
 #include "opfuse/ops.hpp"
@@ -76,31 +77,62 @@ struct ChainEpilogue {
     }
   }
 
+  // The chain on a finished tile in an L1 buffer (see simd::NoEpilogue::apply_tile): t holds
+  // rows i0 .. i0 + rows - 1 and columns j0 .. j0 + cols - 1 of the output, row stride ldt.
+  // Step by step, each a tight loop over the tile's vectors: per-column operand vectors are
+  // loaded once per column vector, an activation's kind is fixed before its loop.
   template <class Arch>
-  fbatch<Arch> apply(fbatch<Arch> x, std::int64_t i, std::int64_t j, std::int64_t cnt) const {
+  void apply_tile(float* t, std::int64_t ldt, int rows, std::int64_t i0, std::int64_t j0, std::int64_t cols) const {
     using B = fbatch<Arch>;
     constexpr std::int64_t W = B::size;
-    // Operand vector at (i, j): a broadcast when cs == 0, else cnt floats cs apart (a partial
-    // or strided vector goes through a zero-filled buffer: nothing past the valid columns is read).
-    const auto load = [&](const float* p, std::int64_t rs, std::int64_t cs) {
+    const std::int64_t nv = (cols + W - 1) / W;
+    // Operand vector at (i, j), cnt lanes valid: a broadcast when cs == 0, else cnt floats cs
+    // apart (a partial or strided vector goes through a zero-filled buffer: nothing past the
+    // valid columns is read).
+    const auto load = [](const float* p, std::int64_t rs, std::int64_t cs, std::int64_t i, std::int64_t j,
+                         std::int64_t cnt) {
       const float* q = p + i * rs + j * cs;
       if (cs == 0) return B(*q);
       if (cs == 1 && cnt == W) return B::load_unaligned(q);
-      alignas(64) float t[W] = {};
-      for (std::int64_t l = 0; l < cnt; ++l) t[l] = q[l * cs];
-      return B::load_aligned(t);
+      alignas(64) float b[W] = {};
+      for (std::int64_t l = 0; l < cnt; ++l) b[l] = q[l * cs];
+      return B::load_aligned(b);
     };
     for (int s = 0; s < n; ++s) {
       const EpiStep& st = steps[s];
       if (st.kind == PostOp::Kind::batchnorm) {
-        x = xsimd::fma(x - load(st.p0, st.rs, st.cs), load(st.p1, st.rs, st.cs), load(st.p2, st.rs, st.cs));
+        for (std::int64_t v = 0; v < nv; ++v) {
+          const std::int64_t j = j0 + v * W, cnt = std::min(W, cols - v * W);
+          B mean = load(st.p0, st.rs, st.cs, i0, j, cnt), mult = load(st.p1, st.rs, st.cs, i0, j, cnt),
+            shift = load(st.p2, st.rs, st.cs, i0, j, cnt);
+          for (int r = 0; r < rows; ++r) {
+            if (st.rs != 0 && r > 0) {
+              mean = load(st.p0, st.rs, st.cs, i0 + r, j, cnt);
+              mult = load(st.p1, st.rs, st.cs, i0 + r, j, cnt);
+              shift = load(st.p2, st.rs, st.cs, i0 + r, j, cnt);
+            }
+            float* x = t + r * ldt + v * W;
+            xsimd::fma(B::load_aligned(x) - mean, mult, shift).store_aligned(x);
+          }
+        }
       } else if (st.kind == PostOp::Kind::binary) {
-        x = simd::binary_op<Arch>(st.binary, x, load(st.p0, st.rs, st.cs));
+        for (int r = 0; r < rows; ++r)
+          for (std::int64_t v = 0; v < nv; ++v) {
+            float* x = t + r * ldt + v * W;
+            const B o = load(st.p0, st.rs, st.cs, i0 + r, j0 + v * W, std::min(W, cols - v * W));
+            simd::binary_op<Arch>(st.binary, B::load_aligned(x), o).store_aligned(x);
+          }
       } else {
-        x = simd::activate<Arch>(st.act, x);
+        simd::with_act_kind(st.act.kind, [&](auto kind) {
+          constexpr ActKind K = decltype(kind)::value;
+          for (int r = 0; r < rows; ++r)
+            for (std::int64_t v = 0; v < nv; ++v) {
+              float* x = t + r * ldt + v * W;
+              simd::activate_k<K, Arch>(st.act, B::load_aligned(x)).store_aligned(x);
+            }
+        });
       }
     }
-    return x;
   }
 };
 

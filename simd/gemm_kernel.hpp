@@ -65,11 +65,12 @@ template <class Arch>
 GemmBlocking gemm_blocking() {
   constexpr std::int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, f = sizeof(float);
   const CacheSizes& cs = cache_sizes();
-  // KC: the kc x nr B micro-panel is reused by every A micro-panel of the block, so it is the one
-  // that must stay in L1: kc = L1 / (4 nr), a multiple of 8. (Fitting the streamed mr x kc A
-  // micro-panel into L1 as well, kc = L1 / (4 (mr + nr)) = 128, measured ~5% slower at 1024^3.)
-  std::int64_t kc = static_cast<std::int64_t>(cs.l1) / (nr * f) / 8 * 8;
-  kc = std::clamp<std::int64_t>(kc, 64, 512);
+  // KC: deep. Both micro-panels stream from L2 (the A micro-panel prefetched by the kernel, the
+  // B micro-panel, kc x nr, by the hardware), so L1 does not bound kc; every k block costs each
+  // C tile a load, a store and a pipeline fill and drain, so fewer, deeper blocks win (1024^3:
+  // kc 256 -> 1024 measured +5%). Bound: half of L2 still holds a 128-row A block.
+  std::int64_t kc = static_cast<std::int64_t>(cs.l2) / 2 / (128 * f) / 8 * 8;
+  kc = std::clamp<std::int64_t>(kc, 256, 1024);
   // MC: the mc x kc packed A block stays in half of L2 while every B micro-panel streams by.
   std::int64_t mc = static_cast<std::int64_t>(cs.l2) / 2 / (kc * f) / mr * mr;
   mc = std::clamp<std::int64_t>(mc, mr, 8192 / mr * mr);
@@ -88,22 +89,23 @@ std::int64_t gemm_k_step(std::int64_t k) {
 }
 
 // ---- the reusable entry ---------------------------------------------------------------------------
-// An epilogue: what the micro-kernel does to each vector of a finished tile on the last k block,
-// after alpha, beta and the bias and before the store (the fused stage's post-op chains). The
-// interface, which this do-nothing default spells out:
-//   enabled                   false compiles every epilogue branch out of the micro-kernel
-//   prefetch<Arch>(i, j, r, l) the tile at (i, j) of C, r rows, is about to be finished:
-//                             prefetch its operands with locality l (2: into L2, 3: into L1)
-//   apply<Arch>(x, i, j, n)   x holds C's (i, j .. j + n - 1), n <= W lanes valid (the rest
-//                             are padding whose results are dropped): returns the final values
+// An epilogue: what the micro-kernel does to a finished tile on the last k block, after alpha,
+// beta and the bias and before the store (the fused stage's post-op chains). The interface,
+// which this do-nothing default spells out:
+//   enabled                    false compiles every epilogue branch out of the micro-kernel
+//   prefetch<Arch>(i, j, r, l)  the tile at (i, j) of C, r rows, is about to be finished:
+//                              prefetch its operands with locality l (2: into L2, 3: into L1)
+//   apply_tile<Arch>(t, ldt, r, i, j, cols)
+//                              t holds C's rows i .. i + r - 1, columns j .. j + cols - 1, one
+//                              row every ldt floats (64-byte aligned, ldt a multiple of the
+//                              vector width); maps them in place. Lanes past `cols` up to the
+//                              next vector boundary are padding: mapped or not, never stored.
 struct NoEpilogue {
   static constexpr bool enabled = false;
   template <class Arch>
   void prefetch(std::int64_t, std::int64_t, int, int) const {}
   template <class Arch>
-  fbatch<Arch> apply(fbatch<Arch> x, std::int64_t, std::int64_t, std::int64_t) const {
-    return x;
-  }
+  void apply_tile(float*, std::int64_t, int, std::int64_t, std::int64_t, std::int64_t) const {}
 };
 
 struct SgemmArgs {
@@ -142,16 +144,33 @@ std::size_t packed_b_size(std::int64_t n, std::int64_t k) {
 
 // Workspace floats of sgemm for up to `threads` threads: one packed B block shared by the team
 // and one packed A block per thread, each 64-byte aligned.
+// Rows of op(A) whose packed kc-deep block fits in half of L2: a thread with at most this many
+// rows packs them as one block and reads B in place (see sgemm).
+template <class Arch>
+std::int64_t gemm_in_place_rows(std::int64_t kc) {
+  return static_cast<std::int64_t>(cache_sizes().l2) / 2 / (static_cast<std::int64_t>(sizeof(float)) * kc);
+}
+
+// Floats of one thread's packed A block for an m-row problem with k step kc: MC rows, or all
+// rows when they are few enough to be packed as one block (gemm_in_place_rows).
+template <class Arch>
+std::int64_t gemm_a_block(std::int64_t m, std::int64_t kc) {
+  constexpr std::int64_t mr = GemmTile<Arch>::mr;
+  const std::int64_t mc = std::min(gemm_blocking<Arch>().mc, gemm_round_up(m, mr));
+  const std::int64_t one = std::min(gemm_round_up(m, mr), gemm_round_up(gemm_in_place_rows<Arch>(kc), mr));
+  return gemm_round_up(kc * std::max(mc, one), 16);
+}
+
 template <class Arch>
 std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int threads, std::int64_t nc_cap = 0) {
-  constexpr std::int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
+  constexpr std::int64_t nr = GemmTile<Arch>::nr;
   const GemmBlocking bl = gemm_blocking<Arch>();
   const std::int64_t kc = gemm_k_step<Arch>(k);
   std::int64_t nc = std::min(bl.nc, gemm_round_up(n, nr));
   if (nc_cap > 0) nc = std::min(nc, gemm_round_up(nc_cap, nr));
-  const std::int64_t mc = std::min(bl.mc, gemm_round_up(m, mr));
-  const std::int64_t b_block = gemm_round_up(kc * nc, 16), a_block = gemm_round_up(kc * mc, 16);
-  return static_cast<std::size_t>(16 + b_block + std::max(threads, 1) * a_block);
+  const std::int64_t b_block = gemm_round_up(kc * nc, 16), a_block = gemm_a_block<Arch>(m, kc);
+  const std::int64_t edge = gemm_round_up(kc * nr, 16);  // a right-edge B panel when B is read in place
+  return static_cast<std::size_t>(16 + b_block + std::max(threads, 1) * (a_block + edge));
 }
 
 namespace gemm_detail {
@@ -168,6 +187,37 @@ struct RowTiles {
   explicit RowTiles(int64_t rows) : mc(rows), t(gemm_ceil_div(rows, GemmTile<Arch>::mr)) {}
   int64_t begin(int64_t q) const { return q * mc / t; }
 };
+
+#ifdef __AVX512F__
+// The 16 x 16 transpose of AVX-512 registers: r[i] lane j -> r[j] lane i (unpacks within 128-bit
+// lanes, then two rounds of 128-bit lane shuffles).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+  }
+  // r[4q + e], 128-bit lane L: rows 4q .. 4q + 3 of column 4L + e.
+  for (int q = 0; q < 4; ++q) {
+    const __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * q + 1]), d = _mm512_castps_pd(t[4 * q + 3]);
+    r[4 * q] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    r[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    r[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    r[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512 v1 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x44), v2 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xEE);
+    const __m512 w1 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x44);
+    const __m512 w2 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xEE);
+    t[e] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    t[4 + e] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    t[8 + e] = _mm512_shuffle_f32x4(v2, w2, 0x88);
+    t[12 + e] = _mm512_shuffle_f32x4(v2, w2, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+#endif
 
 // A block: rows [i0, i0 + mc) x k [k0, k0 + kc) of op(A) into one micro-panel per row tile,
 // each kc x mr (k-major: the values the micro-kernel broadcasts at one k step are adjacent).
@@ -194,6 +244,26 @@ void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, 
   // tile is packed the same number of rows after it is prefetched.
   for (int64_t q = 0; q < tiles.t; ++q, dst += mr * kc) {
     const int64_t r0 = tiles.begin(q), rows = tiles.begin(q + 1) - r0;
+#ifdef __AVX512F__
+    if constexpr (std::is_same_v<Arch, xsimd::avx512f>) {
+      // AVX-512: 16 k steps of the tile's (up to 14) rows at a time, transposed in registers
+      // (1024^3: packing A one float at a time was 4.6% of the time).
+      const float* src[16];
+      for (int64_t i = 0; i < 16; ++i) src[i] = g.a + (i0 + r0 + (i < rows ? i : 0)) * g.lda + k0;
+      int64_t k = 0;
+      for (; k + 16 <= kc; k += 16) {
+        if (r0 + 2 * rows <= mc)
+          for (int64_t i = 0; i < rows; ++i) __builtin_prefetch(src[i] + rows * g.lda + k, 0, 3);
+        __m512 r[16];
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src[i] + k);
+        transpose16(r);
+        for (int l = 0; l < 16; ++l) _mm512_mask_storeu_ps(dst + (k + l) * mr, (1u << mr) - 1, r[l]);
+      }
+      for (; k < kc; ++k)
+        for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = src[i][k];
+      continue;
+    }
+#endif
     for (int64_t i = 0; i < rows; ++i) {
       const float* src = g.a + (i0 + r0 + i) * g.lda + k0;
       if (r0 + rows + i < mc)
@@ -267,7 +337,12 @@ struct Store {
   const float* bias;  // already offset to the tile's (row 0, column 0); nullptr: none
   int64_t bias_rs, bias_cs;
   int64_t row0, col0;  // the tile's (row 0, column 0) in C, for the epilogue's operands
+  int64_t ldpb;        // B micro-panel row step: nr when packed, ldb when read in place
 };
+
+// How many k steps ahead the rows of a B read in place are prefetched (each step is ~mr cycles of
+// FMAs; an L3 hit takes ~50 ns).
+inline constexpr int64_t kBAhead = 16;
 
 // R rows (R <= mr) x nr columns of C += A micro-panel (kc x mr) * B micro-panel (kc x nr).
 // The accumulators are a fixed-size array indexed only by constants after unrolling, so the
@@ -285,12 +360,22 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = B(0.f);
 
-  const auto k_loop = [&](int64_t steps) {
+  // B is a packed micro-panel (ldpb == nr, aligned, read front to back) or B's own rows read in
+  // place (ldpb == ldb, see sgemm): then each row is prefetched kBAhead k steps before use.
+  const int64_t ldpb = st.ldpb;
+  const auto k_loop = [&](int64_t steps, auto in_place) {
 #pragma GCC unroll 4
     for (int64_t k = 0; k < steps; ++k) {
       B b[NV];
+      if constexpr (decltype(in_place)::value) {
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) b[v] = B::load_aligned(pb + v * W);
+        for (int v = 0; v < NV; ++v) b[v] = B::load_unaligned(pb + v * W);
+        __builtin_prefetch(pb + kBAhead * ldpb, 0, 3);
+        if constexpr (nr * sizeof(float) > 64) __builtin_prefetch(pb + kBAhead * ldpb + nr - 1, 0, 3);
+      } else {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) b[v] = B::load_aligned(pb + v * W);
+      }
       __builtin_prefetch(pa + 8 * mr, 0, 3);
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
@@ -299,8 +384,14 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
         for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, b[v], acc[i][v]);
       }
       pa += mr;
-      pb += nr;
+      pb += decltype(in_place)::value ? ldpb : nr;
     }
+  };
+  const auto run_k = [&](int64_t steps) {
+    if (ldpb == nr)
+      k_loop(steps, std::false_type{});
+    else
+      k_loop(steps, std::true_type{});
   };
   // The C tile is fetched into L2 at the start and into L1 only 32 k steps before the end:
   // with ldc a multiple of 1 KiB its rows share a few L1 sets, and held there for the whole loop
@@ -315,7 +406,7 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
   if constexpr (Epi::enabled)
     if (epilogue) epi.template prefetch<Arch>(st.row0, st.col0, R, 2);
   const int64_t late = reads_c || epilogue ? std::min<int64_t>(kc, 32) : 0;
-  k_loop(kc - late);
+  run_k(kc - late);
   if (late) {
     if (reads_c)
       for (int i = 0; i < R; ++i) {
@@ -324,10 +415,14 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       }
     if constexpr (Epi::enabled)
       if (epilogue) epi.template prefetch<Arch>(st.row0, st.col0, R, 3);
-    k_loop(late);
+    run_k(late);
   }
 
   const B alpha(st.alpha), beta(st.beta);
+  // With an epilogue the finished tile goes through an L1 buffer: spilled once, the chain runs
+  // over it step by step (each step one tight loop with its kind fixed, so the accumulators are
+  // not held live across the activations' code), then copied to C: C is still written once.
+  alignas(64) float t[Epi::enabled ? R * nr : 1];
   if (cols == nr) {
     // All loads of the tile first, then all stores: C's rows are often 4 KiB apart (ldc 1024),
     // and a load behind a store with the same low 12 address bits waits for it (4K aliasing).
@@ -345,10 +440,20 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
           const float* bp = st.bias + i * st.bias_rs + v * W * st.bias_cs;
           x += st.bias_cs ? B::load_unaligned(bp) : B(*bp);
         }
-        if constexpr (Epi::enabled)
-          if (epilogue) x = epi.template apply<Arch>(x, st.row0 + i, st.col0 + v * W, W);
         acc[i][v] = x;
       }
+    if constexpr (Epi::enabled) {
+      if (epilogue) {
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * nr + v * W);
+        epi.template apply_tile<Arch>(t, nr, R, st.row0, st.col0, nr);
+        for (int i = 0; i < R; ++i)
+          for (int v = 0; v < NV; ++v) B::load_aligned(t + i * nr + v * W).store_unaligned(c + i * ldc + v * W);
+        return;
+      }
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
@@ -372,10 +477,21 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       else if (st.beta != 0.f)
         x = xsimd::fma(beta, partial(row + j0, 1), x);
       if (st.last && st.bias) x += partial(st.bias + i * st.bias_rs + j0 * st.bias_cs, st.bias_cs);
-      if constexpr (Epi::enabled)
-        if (epilogue) x = epi.template apply<Arch>(x, st.row0 + i, st.col0 + j0, cnt);
+      if constexpr (Epi::enabled) {
+        if (epilogue) {
+          x.store_aligned(t + i * nr + j0);
+          continue;
+        }
+      }
       x.store_aligned(tmp);
       for (int64_t l = 0; l < cnt; ++l) row[j0 + l] = tmp[l];
+    }
+  }
+  if constexpr (Epi::enabled) {
+    if (epilogue) {
+      epi.template apply_tile<Arch>(t, nr, R, st.row0, st.col0, cols);
+      for (int i = 0; i < R; ++i)
+        for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = t[i * nr + j];
     }
   }
 }
@@ -393,17 +509,27 @@ inline constexpr auto kTiles = make_tile_table<Arch, Epi>(std::make_integer_sequ
 
 // ---- the macro-kernel: one packed A block x one thread's share of the packed B block --------
 // C rows [i0, i0 + mc), columns jc + [j0, j1) where pb is the packed block of columns from jc
-// (j0 a multiple of nr).
+// (j0 a multiple of nr). With `in_place` B is not packed: full micro-panels are read straight
+// from b's rows k0 .. k0 + kc - 1, and a right-edge panel is packed (zero-padded) into `edge`.
 template <class Arch, class Epi>
 void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i0, int64_t mc, const float* pb,
-                  int64_t jc, int64_t j0, int64_t j1, int64_t kc, bool first, bool last) {
+                  int64_t jc, int64_t j0, int64_t j1, int64_t k0, int64_t kc, bool first, bool last, bool in_place,
+                  float* edge) {
   constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
-  Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs, 0, 0};
+  Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs, 0, 0, nr};
   const RowTiles<Arch> tiles(mc);
-  // jr outside ir: one kc x nr B micro-panel stays in L1 while the A block streams from L2.
+  // jr outside ir: one kc x nr B micro-panel is reused by every A micro-panel of the block.
   for (int64_t j = j0; j < j1; j += nr) {
-    const float* pbj = pb + j * kc;
     const int64_t cols = std::min(nr, j1 - j);
+    const float* pbj = pb + j * kc;
+    st.ldpb = nr;
+    if (in_place && cols == nr) {
+      pbj = g.b + k0 * g.ldb + jc + j;
+      st.ldpb = g.ldb;
+    } else if (in_place) {
+      pack_b_panel<Arch>(g.b, g.ldb, false, k0, kc, jc + j, cols, edge);
+      pbj = edge;
+    }
     for (int64_t q = 0; q < tiles.t; ++q) {
       const int64_t i = tiles.begin(q), rows = tiles.begin(q + 1) - i;
       st.bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + (jc + j) * g.bias_cs : nullptr;
@@ -477,7 +603,11 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
         float& y = g.c[i * g.ldc + j];
         float x = g.beta == 0.f ? 0.f : g.beta * y;
         if (g.bias) x += g.bias[i * g.bias_rs + j * g.bias_cs];
-        if constexpr (Epi::enabled) x = epi.template apply<Arch>(fbatch<Arch>(x), i, j, 1).get(0);
+        if constexpr (Epi::enabled) {
+          alignas(64) float t[fbatch<Arch>::size] = {x};
+          epi.template apply_tile<Arch>(t, fbatch<Arch>::size, 1, i, j, 1);
+          x = t[0];
+        }
         y = x;
       }
     return;
@@ -487,7 +617,8 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   int64_t nc_max = std::min(bl.nc, gemm_round_up(N, nr));
   if (g.nc_cap > 0) nc_max = std::min(nc_max, gemm_round_up(g.nc_cap, nr));
   const int64_t mc_max = std::min(bl.mc, gemm_round_up(M, mr));
-  const int64_t b_block = gemm_round_up(ks * nc_max, 16), a_block = gemm_round_up(ks * mc_max, 16);
+  const int64_t b_block = gemm_round_up(ks * nc_max, 16), a_block = gemm_a_block<Arch>(M, ks);
+  const int64_t e_block = gemm_round_up(ks * nr, 16);
   float* ws = g.workspace + ((16 - reinterpret_cast<std::uintptr_t>(g.workspace) / sizeof(float) % 16) % 16);
   float* bbuf = ws;
   const int64_t npad = gemm_round_up(N, nr);
@@ -501,20 +632,38 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   // One thread's share; `nt` is the team's real size (OpenMP may grant fewer than asked).
   auto body = [&](int id, int nt) {
     const auto [tm, tn] = thread_grid(M, N, nt);
-    float* abuf = ws + b_block + id * a_block;
+    float* abuf = ws + b_block + id * (a_block + e_block);
+    float* edge = abuf + a_block;
     const auto [i_begin, i_end] = split(M, tm, id / tn, mr);
-    // This thread's rows in near-equal MC blocks (1024 rows: 350 + 350 + 324, not 504 + 504 + 16).
-    const int64_t rows = std::max<int64_t>(i_end - i_begin, 1);
-    const int64_t ms = std::min(mc_max, gemm_round_up(gemm_ceil_div(rows, gemm_ceil_div(rows, mc_max)), mr));
-    for (int64_t jc = 0; jc < N; jc += nc_max) {
-      const int64_t nc = std::min(nc_max, N - jc);
+    // B read in place: when every thread's rows fit in one L2-resident A block, each B element
+    // is used by one block only, so packing B would copy it once to read it once; the
+    // micro-kernels read b's rows directly instead (prefetched), with no B buffer and no
+    // barriers. The same decision on every thread (from the largest row share).
+    int64_t most = 0;
+    for (int r = 0; r < tm; ++r) {
+      const auto [b0, b1] = split(M, tm, r, mr);
+      most = std::max(most, b1 - b0);
+    }
+    bool in_place = !g.packed_b && !g.trans_b && most <= gemm_in_place_rows<Arch>(ks);
+    // This thread's rows as ceil(rows / mr) near-equal row tiles (1024 rows: 74 tiles of 13 or 14
+    // rows), grouped into near-equal blocks of at most MC rows (9 blocks of 8 or 9 tiles), or
+    // into one block when B is read in place. Blocks of exactly MC rows would leave a 16-row
+    // block of two 8-row tiles, and near-equal blocks without regard to tiles 12-row tiles: both
+    // run at a lower FMA rate than 13-14 rows (perf, 1024^3).
+    const int64_t rows = i_end - i_begin, row_tiles = gemm_ceil_div(rows, mr);
+    const int64_t tiles_per_block = std::max<int64_t>(1, in_place ? row_tiles : mc_max / mr);
+    const int64_t blocks = rows > 0 ? gemm_ceil_div(row_tiles, tiles_per_block) : 0;
+    const auto block_row = [&](int64_t b) { return i_begin + (b * row_tiles / blocks) * rows / row_tiles; };
+    const int64_t ncb = in_place ? N : nc_max;
+    for (int64_t jc = 0; jc < N; jc += ncb) {
+      const int64_t nc = std::min(ncb, N - jc);
       const auto [j0, j1] = split(nc, tn, id % tn, nr);
       for (int64_t k0 = 0; k0 < K; k0 += ks) {
         const int64_t kc = std::min(ks, K - k0);
         const float* pb = bbuf;
         if (g.packed_b) {
           pb = g.packed_b + k0 * npad + jc * kc;
-        } else {
+        } else if (!in_place) {
           // Pack the nc block's micro-panels cooperatively, then wait for all of them. With one
           // row of threads (tm == 1) each thread packs exactly its own columns' panels (p0 * nr
           // == j0) and nobody waits; then a thread's panels start at the fixed offset
@@ -533,12 +682,12 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
           }
         }
         if (j0 < j1)
-          for (int64_t i0 = i_begin; i0 < i_end; i0 += ms) {
-            const int64_t mc = std::min(ms, i_end - i0);
+          for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t i0 = block_row(b), mc = block_row(b + 1) - i0;
             pack_a<Arch>(g, i0, mc, k0, kc, abuf);
-            macro_kernel<Arch>(g, epi, abuf, i0, mc, pb, jc, j0, j1, kc, k0 == 0, k0 + kc == K);
+            macro_kernel<Arch>(g, epi, abuf, i0, mc, pb, jc, j0, j1, k0, kc, k0 == 0, k0 + kc == K, in_place, edge);
           }
-        if (!g.packed_b && tm > 1) {
+        if (!g.packed_b && !in_place && tm > 1) {
 #pragma omp barrier  // the B block is overwritten next
         }
       }
