@@ -143,6 +143,9 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(conv(1, 64, 56, 56, 64, 3, 1, 1));
   c.push_back(conv(1, 256, 56, 56, 64, 1, 1, 0, 1, {bn, add, relu}));
   c.push_back(conv(1, 3, 224, 224, 64, 7, 2, 3, 1, {bn, relu}));
+  // The whole ResNet stem as one op: conv 7x7/2 + BN + ReLU + maxpool 3x3/2 pad 1 (a pool
+  // post-op; oneDNN has none, so its peer runs convolution then pooling).
+  c.push_back(conv(1, 3, 224, 224, 64, 7, 2, 3, 1, {bn, relu, PostOp::maxpool(3, 2, 1)}));
   c.push_back(conv(1, 144, 56, 56, 144, 3, 1, 1, 144, {bn, relu6}));
   // ResNet-50's other dominant layers: the 1x1 expansion that closes every layer1 bottleneck,
   // the 3x3 of layers 2, 3 and 4 (the same 231 MFLOP on ever smaller maps with ever more
@@ -238,6 +241,7 @@ std::vector<OpDesc> quick_cases() {
   std::vector<OpDesc> c;
   c.push_back(gemm(64, 256, 128, true, {gelu}));
   c.push_back(conv(1, 32, 28, 28, 32, 3, 1, 1, 1, {bn, relu}));
+  c.push_back(conv(1, 3, 56, 56, 16, 7, 2, 3, 1, {bn, relu, PostOp::maxpool(3, 2, 1)}));
   c.push_back(conv(1, 64, 28, 28, 32, 1, 1, 0, 1, {bn, add, relu}));
   c.push_back(conv(1, 48, 28, 28, 48, 3, 1, 1, 48, {bn, relu6}));
   c.push_back(batchnorm(act));

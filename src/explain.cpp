@@ -39,7 +39,9 @@ Shape conv_shape(const OpDesc& d) {
 
 // The post-op chain of gemm / conv2d on an output of `y` bytes whose operands start at input
 // `first`. Unfused: one pass per post-op; fused: applied to the accumulators before the store.
-void post_op_steps(const OpDesc& d, const PostOps& chain, std::size_t first, double y, bool bn_folded, FusionModel& m) {
+// `pooled` is the size of the op's final output (it differs from y only after a pool step).
+void post_op_steps(const OpDesc& d, const PostOps& chain, std::size_t first, double y, double pooled, bool bn_folded,
+                   FusionModel& m) {
   std::size_t in = first;
   for (const PostOp& po : chain) {
     double operands = 0;
@@ -64,10 +66,16 @@ void post_op_steps(const OpDesc& d, const PostOps& chain, std::size_t first, dou
         m.fused.push_back(step(fmt::format("{} (epilogue)", act_name(po.act.kind)), 0, 0,
                                "applied to the accumulators in registers"));
         break;
-      default:
-        m.unfused.push_back(step("post-op pass", y + operands, y, "reads y, writes y"));
-        m.fused.push_back(step("post-op (epilogue)", operands, 0, "applied before the store"));
+      case PostOp::Kind::pool: {
+        const PostOp::Window& w = po.window;
+        m.unfused.push_back(step(fmt::format("maxpool {}x{}/{} pass", w.kernel_h, w.kernel_w, w.stride_h), y, pooled,
+                                 "reads the conv output, writes the pooled output"));
+        m.unfused_intermediate_bytes = y;  // the full conv output is materialized before pooling
+        m.fused.push_back(step("maxpool (rolling rows)", 0, 0,
+                               "conv output rows kept in a small rolling buffer in L1/L2 and pooled as soon as a "
+                               "window is complete; the full conv output is never written"));
         break;
+      }
     }
   }
 }
@@ -81,7 +89,7 @@ void model_gemm(const OpDesc& d, const std::vector<TensorDesc>& outs, FusionMode
   m.fused.push_back(
       step("gemm main loop", rd, 0, "packed A/B panels; the mr x nr accumulator tile stays in registers"));
   if (p.has_bias) m.fused.push_back(step("bias (epilogue)", bias, 0, "added to the accumulators"));
-  post_op_steps(d, p.post_ops, p.has_bias ? 3 : 2, y, false, m);
+  post_op_steps(d, p.post_ops, p.has_bias ? 3 : 2, y, y, false, m);
   m.fused.push_back(step("store", 0, y, "y written once"));
 }
 
@@ -91,7 +99,7 @@ void model_conv(const OpDesc& d, const std::vector<TensorDesc>& outs, FusionMode
   const double rd = bytes_of(d.inputs[0]) + bytes_of(d.inputs[1]) + (p.has_bias ? bytes_of(d.inputs[2]) : 0.0);
   m.unfused.push_back(step("conv2d", rd, y, "reads x, w (and bias), writes y"));
   m.fused.push_back(step("conv2d main loop", rd, 0, "output-channel x pixel accumulator tile stays in registers"));
-  post_op_steps(d, p.post_ops, p.has_bias ? 3 : 2, y, true, m);
+  post_op_steps(d, p.post_ops, p.has_bias ? 3 : 2, y, bytes_of(outs[0]), true, m);
   m.fused.push_back(step("store", 0, bytes_of(outs[0]), "y written once"));
 }
 

@@ -43,6 +43,21 @@ TEST(Explain, ConvWithBnAddReluCountsEveryPass) {
   EXPECT_DOUBLE_EQ(m->fused_bytes(), 4.0 * (232 + 100 + 100));
 }
 
+TEST(Explain, ConvReluMaxpoolNeverWritesTheConvOutput) {
+  // 3x3 pad 1 conv 2 -> 4 channels on 8x8 (x = 128, w = 72, y = 256 floats), relu, then
+  // maxpool 2x2/2 -> (1, 4, 4, 4) = 64 floats.
+  Conv2dParams p;
+  p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = 1;
+  p.post_ops = {PostOp::activation(Activation::relu()), PostOp::maxpool(2, 2, 0)};
+  OpDesc d{OpKind::conv2d, p, {td({1, 2, 8, 8}), td({4, 2, 3, 3})}};
+  auto m = fusion_model(d);
+  ASSERT_TRUE(m) << m.status().message();
+  // conv (128 + 72 -> 256) + relu (256 -> 256) + maxpool (256 -> 64)
+  EXPECT_DOUBLE_EQ(m->unfused_bytes(), 4.0 * ((200 + 256) + (256 + 256) + (256 + 64)));
+  EXPECT_DOUBLE_EQ(m->fused_bytes(), 4.0 * (200 + 64));
+  EXPECT_DOUBLE_EQ(m->unfused_intermediate_bytes, 4.0 * 256);
+}
+
 TEST(Explain, LayernormResidualUnfusedWritesTheSum) {
   NormParams p;
   p.has_residual = true;
