@@ -26,3 +26,4 @@ using simd::sse2;
 #include "fused/gemm.hpp"
 #include "fused/inverted_residual.hpp"
 #include "fused/norm.hpp"
+#include "fused/conv_pool.hpp"

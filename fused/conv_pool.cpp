@@ -1,0 +1,527 @@
+// fused/conv_pool.cpp - conv2d with a pool post-op (conv + bn + relu + maxpool 3x3/2, the ResNet
+// stem) without ever writing the convolution's output.
+//
+// naive: the seven-loop conv into a workspace tensor (N, K, P, Q), batchnorm and relu as full
+//        passes over it, then naive maxpool2d's window loop from it into y (naive/conv.cpp).
+// simd:  the best simd conv2d kernel (bn/relu as its per-tile post-op chain) writes the whole
+//        conv output to the workspace - 3.2 MB for the stem, NCHW, so transposed from its
+//        NHWC tiles first - then the simd maxpool2d kernel reads it all back
+//        (simd/conv_pool.cpp).
+// fused: one pass. Threads split the pooled output rows. Each thread computes the conv rows
+//        its pooled rows need, one at a time: a register tile of MR pixels x NV vectors of
+//        output channels (channels in lanes, like simd's nhwc_direct) accumulates over the
+//        window with the leading batchnorms already folded into the weights and bias at
+//        prepare, the rest of the chain (relu, ...) runs on the accumulators, and the tile
+//        lands in a one-row NHWC buffer (Q x K floats, 28 KB for the stem). That row is
+//        max-pooled along its width straight away into a rolling ring of kernel_h pooled-width
+//        rows (3 x 56 x 64 floats); as soon as a pooled row's window of conv rows is in the
+//        ring, the column max over it goes to y. So the per-thread working set is ~85 KB (L2)
+//        and the conv output never reaches memory: y (0.8 MB) is the only store stream. Conv
+//        rows two pooled rows share are computed once (the ring keeps them); with stride >
+//        kernel the rows no window reads are never computed.
+//        Max is NaN-propagating (select((v > m) | isnan(v), v, m), naive's rule). On AVX-512 the
+//        7 pixels x 4 zmm tile is inline assembly with embedded-broadcast FMAs (see
+//        tile_avx512_7x4: the one place this file leaves xsimd, and why); the layout transform
+//        of the pooled rows into NCHW y is a 16 x 16 register transpose there.
+//
+// Measured (ResNet-50 stem: x 1x3x224x224 NCHW, w 64x3x7x7 stride 2 pad 3, + bn + relu +
+// maxpool 3x3/2 pad 1 -> y 1x64x56x56; 1 thread, AVX-512, weights not bound at prepare). The
+// 2-core VM was shared with other builds (load 10-12), so these are per-call CPU times
+// (CLOCK_THREAD_CPUTIME_ID, medians of 41 pairs of calls, one run of a standalone harness:
+// opfuse-bench has no case for this desc yet), not wall times:
+//   conv2d__fused_avx512_pool   2.84 ms  (min 2.50)  84 GFLOP/s
+//   conv2d__simd_avx512_pool    4.18 ms  (min 3.95)  57 GFLOP/s   fused/simd   1.47x
+//   conv2d__onednn (conv+pool)  2.52 ms  (min 2.32)  95 GFLOP/s   fused/oneDNN 0.89x
+//   (the same convolution without the pool: simd nhwc_direct 3.41 ms, oneDNN 2.40 ms; so
+//   simd's separate pool pass over the 3.2 MB conv output costs ~0.8 ms, oneDNN's ~0.1 ms
+//   because it pools in its blocked nChw16c layout). An earlier run of the same harness gave
+//   fused 2.52, simd 4.66, oneDNN 2.57 ms. ~90% of the fused time is the FMA loop; the
+//   7 x 4 tile alone runs the stem's 7.4M FMAs in 2.12 ms (about one zmm FMA per cycle),
+//   against 3.3 ms for the xsimd 6 x 4 tile it replaced (which GCC compiles with a
+//   vbroadcastss per pixel). The padded NHWC copy of x is ~4%, the width pooling ~3%.
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+#include "fused/conv_pool.hpp"
+#include "simd/activation.hpp"
+#include "simd/common.hpp"
+#include "simd/conv_kernel.hpp"
+
+namespace opfuse::fused {
+inline namespace OPFUSE_SIMD_NS {
+
+using simd::fbatch;
+using i64 = std::int64_t;
+
+constexpr i64 round_up(i64 v, i64 m) { return (v + m - 1) / m * m; }
+
+// Register tiles: MR output pixels x NV vectors of output channels.
+template <class Arch>
+struct Tile;
+template <>
+struct Tile<avx512> {  // 32 zmm: 7 x 4 = 28 accumulators, 4 weight vectors; x broadcast from memory
+  static int nv(i64 K) { return K > 32 ? 4 : (K > 16 ? 2 : 1); }
+  template <int NV>
+  static constexpr int mr() {
+    return NV == 4 ? 7 : (NV == 2 ? 12 : 14);
+  }
+};
+template <>
+struct Tile<avx2> {  // 16 ymm: 6 x 2 = 12 accumulators
+  static int nv(i64 K) { return K > 8 ? 2 : 1; }
+  template <int NV>
+  static constexpr int mr() {
+    return NV == 2 ? 6 : 8;
+  }
+};
+template <>
+struct Tile<sse2> {
+  static int nv(i64 K) { return K > 4 ? 2 : 1; }
+  template <int NV>
+  static constexpr int mr() {
+    return NV == 2 ? 6 : 8;
+  }
+};
+
+template <class Arch>
+i64 block_of(const ConvPoolGeom& g) {
+  return Tile<Arch>::nv(g.K) * static_cast<i64>(fbatch<Arch>::size);
+}
+
+// Per-thread scratch: one conv row (Q x Kp, NHWC), the ring of kernel_h width-pooled rows
+// (PQ x Kp each), one pooled row for the NCHW transpose (PQ x Kp).
+struct RowBuffers {
+  i64 crow, ring_row, prow, total;
+};
+inline RowBuffers scratch_layout(const ConvPoolGeom& g, i64 Kp) {
+  RowBuffers l{};
+  l.crow = round_up(g.Q * Kp, 16);
+  l.ring_row = round_up(g.PQ * Kp, 16);
+  l.prow = round_up(g.PQ * Kp, 16);
+  l.total = l.crow + g.kh * l.ring_row + l.prow;
+  return l;
+}
+
+struct State {
+  bool packed = false;  // weights, bias and epilogue vectors folded at prepare
+  std::unique_ptr<float, decltype(&std::free)> params{nullptr, &std::free};
+  std::unique_ptr<float, decltype(&std::free)> scratch{nullptr, &std::free};
+  i64 per_thread = 0;
+  int slots = 1;
+};
+
+// The epilogue steps after the folded batchnorms: activation, or a per-channel batchnorm
+// (y - mean) * mult + shift with its vectors in the params block.
+struct Epilogue {
+  int n = 0;
+  bool bn[kConvPoolMaxSteps] = {};
+  Activation act[kConvPoolMaxSteps];
+  const float* vec[kConvPoolMaxSteps] = {};  // mean; mult at +Kp, shift at +2 Kp
+  i64 Kp = 0;
+};
+
+template <class Arch>
+inline fbatch<Arch> nan_max(fbatch<Arch> m, fbatch<Arch> v) {
+  // xsimd::isnan, not v != v: xsimd 8 compiles != to an ordered compare on AVX/AVX-512 (false for NaN).
+  return xsimd::select((v > m) | xsimd::isnan(v), v, m);  // naive: if (v > max || isnan(v)) max = v
+}
+
+// The epilogue steps on one vector of output channels [k, k + W): by value, so that the
+// accumulator array never has its address taken and stays in registers.
+template <class Arch>
+inline fbatch<Arch> epilogue(const Epilogue& ep, fbatch<Arch> v, i64 k) {
+  using B = fbatch<Arch>;
+  for (int st = 0; st < ep.n; ++st) {
+    if (ep.bn[st]) {
+      const float* mean = ep.vec[st] + k;
+      v = xsimd::fma(v - B::load_aligned(mean), B::load_aligned(mean + ep.Kp), B::load_aligned(mean + 2 * ep.Kp));
+    } else {
+      v = simd::activate<Arch>(ep.act[st], v);
+    }
+  }
+  return v;
+}
+
+#if defined(__AVX512F__)
+// The AVX-512 7 x 4 tile (7 pixels x 64 output channels, 28 zmm accumulators + 4 zmm weights =
+// all 32 registers) in inline assembly, because GCC cannot be made to emit it from intrinsics
+// or xsimd: it materializes every input broadcast in a register (vbroadcastss, which competes
+// with the FMAs for the vector pipes and leaves no room for a 7th pixel) and spills the
+// accumulator array as soon as an FMA is an asm statement. Here each FMA takes its input as an
+// embedded {1to16} broadcast memory operand, as oneDNN's JIT emits it. Measured on the stem's
+// tile loop alone (112 rows x 16 tiles x 147 taps, 1 thread): 2.12 ms for 7.4M FMAs, about one
+// zmm FMA per cycle, against 3.3 ms for the xsimd 6 x 4 tile.
+// Loops: window rows (R, pointers advance by row_adv bytes after the last tap column), tap
+// columns (taps, advance by col_step bytes), contiguous channels (chans, 4 bytes apart). The
+// accumulators start from `bias` (64 floats) and end in `out` (28 x 16 floats, pixel-major).
+inline void tile_avx512_7x4(const float* const* xs, const float* w, const float* bias, std::int64_t R,
+                            std::int64_t taps, std::int64_t chans, std::int64_t col_step_bytes,
+                            std::int64_t row_adv_bytes, float* out) {
+  const float *p0 = xs[0], *p1 = xs[1], *p2 = xs[2], *p3 = xs[3], *p4 = xs[4], *p5 = xs[5], *p6 = xs[6];
+  const std::int64_t chans_bytes = chans * 4;
+  std::int64_t rcnt = R, scnt = 0, idx = 0;
+  asm volatile(
+      "vmovaps 0(%[b]), %%zmm0\n\t"
+      "vmovaps 64(%[b]), %%zmm1\n\t"
+      "vmovaps 128(%[b]), %%zmm2\n\t"
+      "vmovaps 192(%[b]), %%zmm3\n\t"
+#define OPFUSE_COPY4(a, b, c, d)                                                           \
+  "vmovaps %%zmm0, %%zmm" #a "\n\tvmovaps %%zmm1, %%zmm" #b "\n\tvmovaps %%zmm2, %%zmm" #c \
+  "\n\tvmovaps %%zmm3, %%zmm" #d "\n\t"
+      OPFUSE_COPY4(4, 5, 6, 7) OPFUSE_COPY4(8, 9, 10, 11) OPFUSE_COPY4(12, 13, 14, 15) OPFUSE_COPY4(16, 17, 18, 19)
+      OPFUSE_COPY4(20, 21, 22, 23) OPFUSE_COPY4(24, 25, 26, 27)
+#undef OPFUSE_COPY4
+      "1:\n\t"  // window row
+      "mov %[taps], %[scnt]\n\t"
+      "2:\n\t"  // tap column
+      "xor %[idx], %[idx]\n\t"
+      "3:\n\t"  // channel
+      "vmovaps 0(%[w]), %%zmm28\n\t"
+      "vmovaps 64(%[w]), %%zmm29\n\t"
+      "vmovaps 128(%[w]), %%zmm30\n\t"
+      "vmovaps 192(%[w]), %%zmm31\n\t"
+#define OPFUSE_FMA4(p, a, b, c, d)                             \
+  "vfmadd231ps (%[" #p "],%[idx])%{1to16%}, %%zmm28, %%zmm" #a \
+  "\n\t"                                                       \
+  "vfmadd231ps (%[" #p "],%[idx])%{1to16%}, %%zmm29, %%zmm" #b \
+  "\n\t"                                                       \
+  "vfmadd231ps (%[" #p "],%[idx])%{1to16%}, %%zmm30, %%zmm" #c \
+  "\n\t"                                                       \
+  "vfmadd231ps (%[" #p "],%[idx])%{1to16%}, %%zmm31, %%zmm" #d "\n\t"
+      OPFUSE_FMA4(p0, 0, 1, 2, 3) OPFUSE_FMA4(p1, 4, 5, 6, 7) OPFUSE_FMA4(p2, 8, 9, 10, 11)
+      OPFUSE_FMA4(p3, 12, 13, 14, 15) OPFUSE_FMA4(p4, 16, 17, 18, 19) OPFUSE_FMA4(p5, 20, 21, 22, 23)
+      OPFUSE_FMA4(p6, 24, 25, 26, 27)
+#undef OPFUSE_FMA4
+      "add $256, %[w]\n\t"
+      "add $4, %[idx]\n\t"
+      "cmp %[cb], %[idx]\n\t"
+      "jl 3b\n\t"
+#define OPFUSE_ADV(step)                                                                                  \
+  "add " step ", %[p0]\n\tadd " step ", %[p1]\n\tadd " step ", %[p2]\n\tadd " step ", %[p3]\n\tadd " step \
+  ", %[p4]\n\tadd " step ", %[p5]\n\tadd " step ", %[p6]\n\t"
+      OPFUSE_ADV("%[cs]")
+      "dec %[scnt]\n\t"
+      "jnz 2b\n\t"
+      OPFUSE_ADV("%[ra]")
+#undef OPFUSE_ADV
+      "dec %[rcnt]\n\t"
+      "jnz 1b\n\t"
+#define OPFUSE_STORE4(a, b, c, d, off)                                                                          \
+  "vmovaps %%zmm" #a ", " #off "(%[o])\n\tvmovaps %%zmm" #b ", " #off "+64(%[o])\n\tvmovaps %%zmm" #c ", " #off \
+  "+128(%[o])\n\tvmovaps %%zmm" #d ", " #off "+192(%[o])\n\t"
+      OPFUSE_STORE4(0, 1, 2, 3, 0) OPFUSE_STORE4(4, 5, 6, 7, 256) OPFUSE_STORE4(8, 9, 10, 11, 512)
+      OPFUSE_STORE4(12, 13, 14, 15, 768) OPFUSE_STORE4(16, 17, 18, 19, 1024) OPFUSE_STORE4(20, 21, 22, 23, 1280)
+      OPFUSE_STORE4(24, 25, 26, 27, 1536)
+#undef OPFUSE_STORE4
+      : [w] "+r"(w), [p0] "+r"(p0), [p1] "+r"(p1), [p2] "+r"(p2), [p3] "+r"(p3), [p4] "+r"(p4), [p5] "+r"(p5),
+        [p6] "+r"(p6), [rcnt] "+r"(rcnt), [scnt] "+r"(scnt), [idx] "+r"(idx)
+      : [b] "r"(bias), [o] "r"(out), [taps] "m"(taps), [cb] "m"(chans_bytes), [cs] "m"(col_step_bytes),
+        [ra] "m"(row_adv_bytes)
+      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+        "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+}
+#endif
+
+// One register tile of one conv row: MR pixels (window corners xs[i] in the padded NHWC image)
+// x NV vectors of output channels, over the whole window; then the epilogue on the
+// accumulators; stored to ys[i] (nullptr: a tail pixel recomputed only to fill the tile).
+template <class Arch, int MR, int NV>
+void conv_tile(const float* const* xs, const float* w, const float* bias, const ConvPoolGeom& g, i64 row_step,
+               i64 col_step, const Epilogue& ep, i64 k0, float* const* ys) {
+  using B = fbatch<Arch>;
+  constexpr int Wd = static_cast<int>(B::size);
+  // With dilation 1 a window row's (s, c) taps are contiguous in the padded image, so they are
+  // one reduction of S*C (the stem: 21 instead of 7 loops of 3).
+  i64 taps = g.S, chans = g.C;
+  if (col_step == g.C) taps = 1, chans = g.S * g.C;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<Arch, avx512> && MR == 7 && NV == 4) {
+    alignas(64) float out[MR * NV * Wd];
+    tile_avx512_7x4(xs, w, bias, g.R, taps, chans, col_step * 4, (row_step - taps * col_step) * 4, out);
+    for (int i = 0; i < MR; ++i)
+      if (ys[i])
+        for (int v = 0; v < NV; ++v)
+          epilogue<Arch>(ep, B::load_aligned(out + (i * NV + v) * Wd), k0 + v * Wd).store_aligned(ys[i] + v * Wd);
+    return;
+  }
+#endif
+  B acc[MR][NV];
+  for (int v = 0; v < NV; ++v) {
+    const B b = B::load_aligned(bias + v * Wd);
+    for (int i = 0; i < MR; ++i) acc[i][v] = b;
+  }
+  for (i64 r = 0; r < g.R; ++r) {
+    for (i64 s = 0; s < taps; ++s) {
+      const i64 off = r * row_step + s * col_step;
+      const float* px[MR];
+      for (int i = 0; i < MR; ++i) px[i] = xs[i] + off;
+      for (i64 c = 0; c < chans; ++c) {
+        B wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = B::load_aligned(w + v * Wd);
+        w += NV * Wd;
+        for (int i = 0; i < MR; ++i) {
+          const B xb(px[i][c]);
+          for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(xb, wv[v], acc[i][v]);
+        }
+      }
+    }
+  }
+  // The rest of the chain on the accumulators, then one store per vector.
+  for (int i = 0; i < MR; ++i)
+    if (ys[i])
+      for (int v = 0; v < NV; ++v) epilogue<Arch>(ep, acc[i][v], k0 + v * Wd).store_aligned(ys[i] + v * Wd);
+}
+
+// Conv row p of image n (all output channels, after the epilogue) into crow (Q x Kp, NHWC).
+template <class Arch, int NV>
+void conv_row(const ConvPoolGeom& g, const float* xp, const float* wp, const float* bias, const Epilogue& ep, i64 n,
+              i64 p, float* crow) {
+  constexpr int MR = Tile<Arch>::template mr<NV>();
+  const i64 KB = NV * static_cast<i64>(fbatch<Arch>::size), Kp = ep.Kp, nkb = Kp / KB;
+  const i64 C = g.C, row_step = g.dh * g.Wp * C, col_step = g.dw * C;
+  const i64 wblock = g.R * g.S * C * KB;
+  const float* xrow = xp + (n * g.Hp + p * g.sh) * g.Wp * C;
+  const i64 ntiles = (g.Q + MR - 1) / MR;
+  for (i64 kb = 0; kb < nkb; ++kb) {
+    const float* wk = wp + kb * wblock;
+    for (i64 t = 0; t < ntiles; ++t) {
+      const float* xs[MR];
+      float* ys[MR];
+      for (int i = 0; i < MR; ++i) {
+        i64 q = t * MR + i;
+        const bool real = q < g.Q;
+        if (!real) q = g.Q - 1;
+        xs[i] = xrow + q * g.sw * C;
+        ys[i] = real ? crow + q * Kp + kb * KB : nullptr;
+      }
+      conv_tile<Arch, MR, NV>(xs, wk, bias + kb * KB, g, row_step, col_step, ep, kb * KB, ys);
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// dst[j * ld_dst + i] = src[i * ld_src + j] for a 16 x 16 block: the NCHW store of pooled rows
+// held channels-last. Four shuffle stages (32-bit, 64-bit, two 128-bit lane stages), 64
+// shuffles per 256 floats instead of 256 scalar strided loads and stores.
+inline void transpose16(const float* src, i64 ld_src, float* dst, i64 ld_dst) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld_src);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ld_dst, r[i]);
+}
+#endif
+
+// Width pooling of one conv row: ring row qo = max over conv columns of window qo.
+template <class Arch>
+void pool_width(const ConvPoolGeom& g, i64 Kp, const float* crow, float* out) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  for (i64 qo = 0; qo < g.PQ; ++qo) {
+    const i64 c0 = qo * g.psw - g.ppl, a = std::max<i64>(c0, 0), e = std::min(g.Q, c0 + g.kw);
+    for (i64 v = 0; v < Kp; v += Wd) {
+      B m = B::load_aligned(crow + a * Kp + v);
+      for (i64 c = a + 1; c < e; ++c) m = nan_max<Arch>(m, B::load_aligned(crow + c * Kp + v));
+      m.store_aligned(out + qo * Kp + v);
+    }
+  }
+}
+
+template <class Arch, int NV>
+void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const float* params, const State& st) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  const i64 KB = NV * Wd, Kp = round_up(g.K, KB);
+  const float* wp = params;
+  const float* bias = wp + Kp * g.R * g.S * g.C;
+  Epilogue ep;
+  ep.Kp = Kp;
+  const auto& post = args.desc->p<Conv2dParams>().post_ops;
+  ep.n = g.nsteps;
+  for (int i = 0; i < g.nsteps; ++i) {
+    const PostOp& op = post[static_cast<std::size_t>(g.nfold + i)];
+    ep.bn[i] = op.kind == PostOp::Kind::batchnorm;
+    ep.act[i] = op.act;
+    ep.vec[i] = bias + Kp + 3 * Kp * i;
+  }
+  const RowBuffers sl = scratch_layout(g, Kp);
+  float* y = args.out[0]->mutable_data();
+  const i64 rows = g.N * g.PP;  // pooled rows of all images
+  const auto work = [&](i64 b, i64 e, float* scratch) {
+    float* crow = scratch;
+    float* ring = crow + sl.crow;
+    float* prow = ring + g.kh * sl.ring_row;
+    i64 tag[64];  // conv row (n * P + p) held by each ring slot; kh <= 64 (see supports)
+    for (i64 s = 0; s < g.kh; ++s) tag[s] = -1;
+    for (i64 row = b; row < e; ++row) {
+      const i64 n = row / g.PP, po = row % g.PP;
+      const i64 r0 = po * g.psh - g.ppt, ra = std::max<i64>(r0, 0), re = std::min(g.P, r0 + g.kh);
+      // The window's conv rows are consecutive, so their slots p % kh are distinct.
+      for (i64 p = ra; p < re; ++p) {
+        const i64 slot = p % g.kh;
+        if (tag[slot] == n * g.P + p) continue;  // shared with the previous pooled row
+        conv_row<Arch, NV>(g, xp, wp, bias, ep, n, p, crow);
+        pool_width<Arch>(g, Kp, crow, ring + slot * sl.ring_row);
+        tag[slot] = n * g.P + p;
+      }
+      // Height pooling over the ring rows of this window, straight into y.
+      const float* first = ring + (ra % g.kh) * sl.ring_row;
+      if (g.nhwc) {
+        float* yrow = y + (n * g.PP + po) * g.PQ * g.K;
+        for (i64 qo = 0; qo < g.PQ; ++qo) {
+          for (i64 v = 0; v < g.K; v += Wd) {  // Kp may hold whole vectors of padding channels
+            B m = B::load_aligned(first + qo * Kp + v);
+            for (i64 p = ra + 1; p < re; ++p)
+              m = nan_max<Arch>(m, B::load_aligned(ring + (p % g.kh) * sl.ring_row + qo * Kp + v));
+            float* dst = yrow + qo * g.K + v;
+            if (v + Wd <= g.K) {
+              m.store_unaligned(dst);
+            } else {
+              alignas(64) float tmp[Wd];
+              m.store_aligned(tmp);
+              std::memcpy(dst, tmp, static_cast<std::size_t>(g.K - v) * sizeof(float));
+            }
+          }
+        }
+      } else {
+        for (i64 qo = 0; qo < g.PQ; ++qo) {
+          for (i64 v = 0; v < g.K; v += Wd) {
+            B m = B::load_aligned(first + qo * Kp + v);
+            for (i64 p = ra + 1; p < re; ++p)
+              m = nan_max<Arch>(m, B::load_aligned(ring + (p % g.kh) * sl.ring_row + qo * Kp + v));
+            m.store_aligned(prow + qo * Kp + v);
+          }
+        }
+        // (PQ x Kp) -> y[n][k][po][:], out of the L1-resident pooled row.
+        const i64 plane = g.PP * g.PQ;
+        float* yrow = y + n * g.K * plane + po * g.PQ;
+        i64 q0 = 0;
+#if defined(__AVX512F__)
+        if constexpr (std::is_same_v<Arch, avx512>) {  // 16 x 16 blocks through registers
+          for (; q0 + 16 <= g.PQ; q0 += 16) {
+            i64 k = 0;
+            for (; k + 16 <= g.K; k += 16) transpose16(prow + q0 * Kp + k, Kp, yrow + k * plane + q0, plane);
+            for (; k < g.K; ++k)
+              for (i64 qo = q0; qo < q0 + 16; ++qo) yrow[k * plane + qo] = prow[qo * Kp + k];
+          }
+        }
+#endif
+        for (i64 k = 0; k < g.K; ++k) {
+          float* dst = yrow + k * plane;
+          for (i64 qo = q0; qo < g.PQ; ++qo) dst[qo] = prow[qo * Kp + k];
+        }
+      }
+    }
+  };
+  const int t = static_cast<int>(std::min<i64>(std::min(simd::team_size(args.threads), st.slots), rows));
+  if (t <= 1) {
+    work(0, rows, st.scratch.get());
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  {
+    const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
+    if (b < e) work(b, e, st.scratch.get() + id * st.per_thread);
+  }
+}
+
+// Workspace: [params unless folded at prepare][padded NHWC x].
+template <class Arch>
+std::size_t workspace_floats(const ConvPoolGeom& g, bool with_params) {
+  const std::size_t params =
+      with_params ? round_up(static_cast<i64>(conv_pool_params_floats(g, block_of<Arch>(g))), 16) : 0;
+  const std::size_t xcopy = g.copy_x ? static_cast<std::size_t>(g.N * g.Hp * g.Wp * g.C) : 0;
+  return params + xcopy;
+}
+
+}  // namespace OPFUSE_SIMD_NS
+
+template <class Arch>
+std::size_t ConvPool::workspace(Arch, const OpDesc& desc) {
+  return workspace_floats<Arch>(conv_pool_geom(desc), true);
+}
+
+template <class Arch>
+Status ConvPool::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const* constants,
+                         std::shared_ptr<void>& state) {
+  const ConvPoolGeom g = conv_pool_geom(desc);
+  const i64 KB = block_of<Arch>(g), Kp = round_up(g.K, KB);
+  auto st = std::make_shared<State>();
+  // Fold and pack once when every input but x (weights, bias, batchnorm vectors) is bound.
+  bool bound = constants != nullptr;
+  for (std::size_t i = 1; bound && i < desc.inputs.size(); ++i) bound = constants[i] != nullptr;
+  if (bound) {
+    const std::size_t floats = round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16);
+    st->params.reset(static_cast<float*>(std::aligned_alloc(64, floats * sizeof(float))));
+    if (!st->params) return {StatusCode::out_of_memory, "conv2d: cannot allocate the folded weights"};
+    conv_pool_fold_pack(desc, g, KB, constants, st->params.get());
+    st->packed = true;
+  }
+  st->slots = std::max(1, ctx.threads);
+  st->per_thread = scratch_layout(g, Kp).total;
+  st->scratch.reset(static_cast<float*>(
+      std::aligned_alloc(64, static_cast<std::size_t>(st->per_thread * st->slots) * sizeof(float))));
+  if (!st->scratch) return {StatusCode::out_of_memory, "conv2d: cannot allocate the per-thread row buffers"};
+  state = std::move(st);
+  return Status::ok();
+}
+
+template <class Arch>
+void ConvPool::operator()(Arch, const KernelArgs& args) const {
+  const OpDesc& d = *args.desc;
+  const ConvPoolGeom g = conv_pool_geom(d);
+  const auto& st = *static_cast<const State*>(args.state);
+  const i64 KB = block_of<Arch>(g);
+  float* ws = args.workspace;
+  const float* params = st.params.get();
+  if (!st.packed) {
+    conv_pool_fold_pack(d, g, KB, args.in, ws);
+    params = ws;
+    ws += round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16);
+  }
+  const float* xp = args.in[0]->data();
+  if (g.copy_x) {  // the simd direct conv's zero-padded NHWC copy (simd/conv_kernel.hpp)
+    simd::pad_to_nhwc<Arch>(simd::conv_geom(d), xp, ws, args.threads);
+    xp = ws;
+  }
+  switch (Tile<Arch>::nv(g.K)) {
+    case 1: run<Arch, 1>(args, g, xp, params, st); break;
+    case 2: run<Arch, 2>(args, g, xp, params, st); break;
+    default:
+      if constexpr (std::is_same_v<Arch, avx512>) run<Arch, 4>(args, g, xp, params, st);
+      break;
+  }
+}
+
+OPFUSE_SIMD_INSTANTIATE_PREPARED(ConvPool);
+
+}  // namespace opfuse::fused
