@@ -264,6 +264,44 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({2, 32, 28, 28, 48, 3, 3, 1, 1}, true, {act(ActKind::relu)}), kConst);
   c.add(conv({1, 64, 28, 28, 64, 1, 1, 1, 0, 1, 1, kNhwc}));
   c.add(conv({1, 48, 30, 30, 48, 3, 3, 1, 1, 1, 48}));
+  // A pool post-op (always last): the ResNet stem's conv 7x7/2 + bn + relu + maxpool 3x3/2 pad 1
+  // at small sizes, odd conv outputs (the floor-mode pool drops the last row / column), a pool
+  // alone, asymmetric windows and pads, stride > kernel (conv rows no window reads), a
+  // residual-shaped binary operand before the pool (the pre-pool conv output's shape), output
+  // channels around the vector tiles, NHWC, groups / dilation (no fused kernel: simd's
+  // composition), bound weights, NaN/Inf, and a threaded stem.
+  const PostOps stem = {PostOp::batchnorm(), act(ActKind::relu), PostOp::maxpool(3, 2, 1)};
+  c.add(conv({1, 3, 31, 31, 8, 7, 7, 2, 3}, true, stem));
+  c.add(conv({1, 3, 31, 31, 8, 7, 7, 2, 3}, true, stem), kUnaligned);
+  c.add(conv({1, 3, 31, 31, 8, 7, 7, 2, 3}, true, stem), kConst);
+  c.add(conv({2, 3, 29, 27, 17, 7, 7, 2, 3}, false, stem), kNan);
+  c.add(conv({1, 3, 29, 27, 16, 7, 7, 2, 3}, false, stem), kInf);
+  c.add(conv({1, 3, 64, 64, 16, 7, 7, 2, 3}, false, stem), kNan);  // NaN in full vectors of the pools
+  c.add(conv({1, 3, 40, 40, 32, 3, 3, 2, 1, 1, 1, kNhwc}, false, stem), kNan);
+  c.add(conv({1, 3, 64, 64, 64, 7, 7, 2, 3}, false, stem));
+  c.add(conv({1, 3, 64, 64, 64, 7, 7, 2, 3}, false, stem), kConst);
+  c.add(conv({2, 3, 45, 45, 65, 7, 7, 2, 3}, true, stem));
+  c.add(conv({1, 3, 70, 76, 20, 7, 7, 2, 3}, false, stem));  // pooled 18x19: 16-wide blocks + tails
+  c.add(conv({1, 8, 9, 9, 16, 3, 3, 1, 1}, false, {PostOp::maxpool(2, 2, 0)}));
+  c.add(conv({1, 8, 9, 9, 1, 3, 3, 1, 1}, false, {PostOp::maxpool(3, 1, 1)}));
+  c.add(conv({1, 5, 12, 11, 33, 3, 3, 1, 1}, false, {act(ActKind::silu), PostOp::maxpool(1, 2, 0)}));
+  c.add(conv({1, 4, 13, 10, 31, 3, 3, 1, 0}, true,
+             {act(Activation::relu6()), PostOp::maxpool(PostOp::Window{3, 2, 2, 1, 1, 0, 0, 1})}));
+  c.add(conv({1, 4, 10, 13, 15, 3, 5, 1, 0}, false, {PostOp::maxpool(PostOp::Window{2, 3, 1, 2, 0, 1, 1, 0})}, {},
+             {1, 2, 0, 2}, {1, 2}));
+  c.add(conv({2, 8, 6, 6, 16, 3, 3, 1, 1}, true,
+             {PostOp::batchnorm(), PostOp::add(), act(ActKind::relu), PostOp::maxpool(3, 2, 1)}));
+  c.add(conv({1, 8, 7, 7, 16, 3, 3, 1, 1}, false,
+             {act(ActKind::relu), PostOp::batchnorm(), act(ActKind::tanh), PostOp::maxpool(2, 2, 1)}));
+  c.add(conv({1, 8, 7, 7, 16, 3, 3, 1, 1}, false,
+             {PostOp::batchnorm(), PostOp::batchnorm(), act(Activation::leaky_relu(0.1f)), PostOp::maxpool(3, 2, 1)}),
+        kConst);
+  c.add(conv({1, 3, 13, 13, 16, 3, 3, 2, 1, 1, 1, kNhwc}, true, stem));
+  c.add(conv({1, 3, 13, 13, 16, 3, 3, 2, 1, 1, 1, kNhwc}, true, stem), kUnaligned | kConst);
+  c.add(conv({2, 17, 9, 9, 40, 3, 3, 1, 1, 1, 1, kNhwc}, false, {act(ActKind::relu), PostOp::maxpool(3, 2, 1)}));
+  c.add(conv({1, 8, 9, 9, 12, 3, 3, 1, 1, 1, 2}, false, {act(ActKind::relu), PostOp::maxpool(2, 2, 0)}));
+  c.add(conv({1, 16, 13, 13, 16, 3, 3, 1, 1, 1, 16}, false, {PostOp::batchnorm(), PostOp::maxpool(3, 2, 1)}));
+  c.add(conv({1, 4, 13, 13, 8, 3, 3, 1, 2, 2}, false, {PostOp::maxpool(3, 2, 1)}));
   // Drawn from the seed.
   for (int i = 0; i < 3; ++i) {
     ConvSpec s{1, 1, 1, 1, 1, 1, 1};
@@ -397,6 +435,9 @@ void pool_cases(Cases& c) {
   c.add(pool(op, {1, 1, 1, 1}, {1, 1, 1, 1}));
   c.add(pool(op, {1, 3, 7, 7}, {2, 2, 2, 2}));
   c.add(pool(op, {1, 3, 7, 7}, {2, 2, 2, 2}), kNan);
+  // NaN inside full vectors (NCHW rows of 40, NHWC 32 channels), not only in scalar tails.
+  c.add(pool(op, {1, 3, 9, 40}, {3, 3, 2, 2, p1}), kNan);
+  c.add(pool(op, {1, 32, 9, 9}, {3, 3, 2, 2, p1}, kNhwc), kNan);
   c.add(pool(op, {2, 5, 13, 13}, {3, 3, 2, 2, p1}));
   c.add(pool(op, {2, 5, 13, 13}, {3, 3, 2, 2, p1}), kUnaligned);
   c.add(pool(op, {1, 4, 8, 8}, {3, 3, 2, 2, {}, 1, 1, true}));
