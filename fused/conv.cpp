@@ -147,6 +147,11 @@ void fold(const OpDesc& d, const Geom& g, const Tensor* const* in, float* wout, 
     }
     bout[k] = b;
     float* dst = wout + k * taps;
+    if (g.ws[3] == 1 && g.ws[2] == g.S && g.ws[1] == g.R * g.S) {  // dense (K, Cg, R, S): one run per k
+      const float* src = w + k * g.ws[0];
+      for (i64 t = 0; t < taps; ++t) dst[t] = src[t] * s;
+      continue;
+    }
     for (i64 c = 0; c < g.Cg; ++c)
       for (i64 r = 0; r < g.R; ++r)
         for (i64 t = 0; t < g.S; ++t) *dst++ = w[k * g.ws[0] + c * g.ws[1] + r * g.ws[2] + t * g.ws[3]] * s;
@@ -326,9 +331,10 @@ void direct_tile_epi(const float* const* xs, const float* w, i64 R, i64 S, i64 C
   }
 }
 
-// One task: output rows [p0, p1) of image n (simd's direct_block with the chain in the tile).
-// yt is where pixel (p0, 0) of the block goes in NHWC order: y itself (NHWC output) or the
-// thread's row-block buffer (NCHW output), then transposed into y - already final.
+// One task: output rows [p0, p1) of image n (simd's direct_block with the chain fused). yt is
+// where pixel (p0, 0) of the block goes in NHWC order: y itself (NHWC output: the chain runs on
+// the accumulator tile) or the thread's row-block buffer (NCHW output: the chain runs on the
+// transpose into y).
 template <class Arch, int NV>
 void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* yt,
                   float* y, const ChainEpilogue& epi, i64 n, i64 p0, i64 p1) {
@@ -364,20 +370,29 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
             pix[i] = pq;
           }
           direct_tile_epi<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first,
-                                        last && epi.n > 0 ? &epi : nullptr, pix, k0);
+                                        last && epi.n > 0 && !pl.ybuf ? &epi : nullptr, pix, k0);
         }
       }
     }
   }
   if (!pl.ybuf) return;
-  // NHWC block -> NCHW rows of y, 64 pixels at a time (their source lines stay in L1).
+  // NHWC block -> NCHW rows of y through an L1 buffer of 16 channels x 64 pixels: transposed in,
+  // the chain applied there (channels as rows: per-row batchnorm, contiguous residual rows),
+  // stored to y once.
+  constexpr i64 KT = 16, PT = 64;
+  alignas(64) float t[KT * PT];
   const i64 PQ = g.P * g.Q;
-  for (i64 pb = 0; pb < npix; pb += 64) {
-    const i64 pe = std::min(npix, pb + 64);
-    for (i64 k = 0; k < K; ++k) {
-      float* dst = y + (n * K + k) * PQ + a;
-      const float* src = yt + k;
-      for (i64 px = pb; px < pe; ++px) dst[px] = src[px * K];
+  for (i64 pb = 0; pb < npix; pb += PT) {
+    const i64 cnt = std::min(PT, npix - pb);
+    for (i64 kt = 0; kt < K; kt += KT) {
+      const i64 kn = std::min(KT, K - kt);
+      for (i64 k = 0; k < kn; ++k) {
+        const float* src = yt + pb * K + kt + k;
+        for (i64 px = 0; px < cnt; ++px) t[k * PT + px] = src[px * K];
+      }
+      if (epi.n > 0) epi.template apply_tile<Arch>(t, PT, static_cast<int>(kn), kt, a + pb, cnt);
+      for (i64 k = 0; k < kn; ++k)
+        std::memcpy(y + (n * K + kt + k) * PQ + a + pb, t + k * PT, static_cast<std::size_t>(cnt) * sizeof(float));
     }
   }
 }
@@ -612,7 +627,10 @@ void ConvDirect::operator()(Arch, const KernelArgs& args) const {
     wp = ws.w;
     bias = ws.b;
   }
-  const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, ws.epi, ConvView::image_pixels);
+  // NHWC output: the chain on the accumulator tile (pixels as rows); NCHW output: on the
+  // transposed block in L1 (channels as rows, see direct_block).
+  const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, ws.epi,
+                                          g.y_nhwc ? ConvView::image_pixels : ConvView::channel_rows);
   // Each binary step's operand stride between images (the tiles index pixels within an image).
   i64 image_stride[kEpiMaxSteps] = {};
   {

@@ -27,10 +27,11 @@ struct OperandStrides {
 OperandStrides conv_operand_strides(const TensorDesc& operand);
 
 // The operand as (row, column) strides of a kernel's 2-D view of the output:
-//   channel_rows  NCHW 1x1 GEMM, per image: rows are output channels, columns the P*Q pixels
+//   channel_rows  NCHW 1x1 GEMM and NCHW direct, per image: rows are output channels, columns
+//                 the P*Q pixels
 //   pixel_rows    NHWC 1x1 GEMM, all images: rows are the N*P*Q pixels, columns the channels
-//   image_pixels  direct kernel, per image: rows are the P*Q pixels, columns the channels, any
-//                 column stride (an NCHW operand is gathered)
+//   image_pixels  NHWC direct kernel, per image: rows are the P*Q pixels, columns the channels,
+//                 any column stride (an NCHW operand is gathered)
 // A per-image view offsets the operand by n * OperandStrides::n. False when the operand's
 // broadcast cannot be expressed that way (e.g. one that varies along q but not p), or in the
 // GEMM views when a column stride is not 0 or 1: the kernel declines.

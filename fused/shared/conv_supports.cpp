@@ -112,7 +112,7 @@ bool conv_direct_supports(const OpDesc& desc) {
   const auto& p = desc.p<Conv2dParams>();
   const i64 c = desc.inputs[0].shape[1], k = desc.inputs[1].shape[0];
   if (p.groups > 1 && p.groups == c && k == c) return false;
-  return chain_ok(desc, ConvView::image_pixels);
+  return chain_ok(desc, desc.inputs[0].layout == Layout::nhwc ? ConvView::image_pixels : ConvView::channel_rows);
 }
 
 }  // namespace opfuse::fused
