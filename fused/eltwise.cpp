@@ -11,17 +11,27 @@
 //        ONE loop plan shared by x, y and every operand - y's dims in memory order with every
 //        neighbour merged where all of them are contiguous across it, so same-shaped and scalar
 //        operands give one flat run, a per-channel operand a constant per NCHW plane or a
-//        repeating NHWC row. Execute walks that plan; each run is cut into blocks of U vectors
-//        (U = 4: 64 floats on AVX-512), and per block a switch-dispatched interpreter applies
-//        every step to the U registers (binary steps load their operand block or splat its
-//        value), so the dispatch is paid once per step per U vectors and the values never leave
-//        the registers; y is stored once, non-temporally for outputs >= 16 MiB. Tails shorter
-//        than a vector go through the same block code on a one-vector stack copy. The bench
-//        chain becomes 4 DRAM streams (x, a, b in; y out).
+//        repeating NHWC row. Execute walks that plan; each run is cut into blocks of U = 2
+//        vectors, and per block a switch-dispatched interpreter applies every step to the U
+//        registers (binary steps load their operand block or splat its value), so the dispatch
+//        is paid once per step per block and the values never leave the registers; y is stored
+//        once, non-temporally for outputs >= 16 MiB. Tails shorter than a vector go through the
+//        same block code on a one-vector stack copy. The bench chain becomes 4 DRAM streams (x,
+//        a, b in; y out): 256 MiB instead of the simd stage's 640 MiB.
 //        Threads: flat runs are split in 4096-float chunks, multi-dim plans by outer rows.
 //        y may alias x (allows_inplace): each block is loaded before it is stored.
-// Measured (opfuse-bench, one run, medians of 3, 1 thread, AVX-512): see the report in the commit
-// message / final report; filled below.
+// Measured (opfuse-bench, one run, medians of 3, 1 thread, AVX-512, 2-core VM at load ~11, so
+// the process got about 30% of a core; wall / CPU time):
+//   n16777216 add,gelu_erf,mul,relu   simd 94.9 / 31.6 ms   fused 54.2 / 19.1 ms   1.75x / 1.66x
+// Why not the 2.5x the traffic ratio (640 / 256 MiB) promises: gelu_erf is compute-bound. In
+// cache (64K floats) vmath's gelu_erf costs 0.8 ns per element per core, so at 16M elements
+// it is ~13.5 ms of arithmetic that both stages pay, while the fused chain as a whole costs
+// 0.94 ns per element (15.7 ms) - its floor even with infinitely fast memory. The simd stage
+// pays the same 13.5 ms plus the memory passes of add, mul and relu, ~15 ms on the idle machine
+// (reports/REPORT.md: add and relu of 16M floats at t1 took 5.8 and 3.5 ms), so on an idle
+// machine the ratio should tend to (15 + 13.5) / 15.7 ~ 1.8x (an estimate: the machine was never
+// idle while this was written); it can only approach 2.5x where memory, not gelu, dominates. A cheaper erf lifts both
+// stages (e^(-a^2) through vmath::exp_nonpositive measured 0.73 instead of 0.89 ns per element in isolation).
 #include <cassert>
 #include <cstring>
 #include <type_traits>
@@ -135,10 +145,12 @@ template <class Arch, int U>
   }
 }
 
-// Registers per block: enough independent chains to hide the latency of the polynomial steps
-// without spilling (AVX2/SSE2 have 16 registers, AVX-512 32).
+// Vectors per block: two independent dependency chains through the polynomial steps, as in the
+// simd unary loop. Measured in cache (64K floats, the bench chain, AVX-512): U = 2 0.0614 ms,
+// U = 4 0.0624 ms (more chains buy nothing: the erf polynomial is throughput-bound, and four
+// blocks of temporaries spill on AVX2's 16 registers).
 template <class Arch>
-constexpr int kUnroll = std::is_same_v<Arch, simd::avx512> ? 4 : 2;
+constexpr int kUnroll = 2;
 
 // One contiguous run of n elements: y[i] = chain(x[i], operands at i). Stream: y is batch-aligned,
 // store non-temporally.
