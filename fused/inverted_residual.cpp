@@ -16,18 +16,26 @@
 //        computed once into a ring of 3 channels-last rows of (W + 2) pixels x Ce (zero columns
 //        either side, a shared zero row above and below the image) - a 1x1 GEMM whose register
 //        tile is 8 pixels x 3 vectors of Ce (AVX-512), x broadcast straight from its NCHW (or NHWC)
-//        address, bias and ReLU6 applied before the single store. Then, per tile of 6 output
-//        pixels, the depthwise 3x3 (+ bias, ReLU6) reads the ring and writes a 6 x Ce tile that
-//        stays in L1, and the projection (6 pixels x up to 4 vectors of Cout in registers, one
-//        broadcast of d per Ce step) adds bias and the residual and stores y. Stride 2 is just a
-//        pixel step of 2 in the depthwise loads, so both strides and both layouts share the code.
-//        Threads split the N * P output rows; each thread recomputes at most 2 halo rows.
-//        Padded Ce lanes never reach y (the projection loops over the real Ce), so NaN in x
-//        cannot leak through the zero padding.
-// Bytes (MobileNetV2 24-channel block, 56x56, t6, Ce = 144): the expanded tensor would take
-// 144 * 56 * 56 * 4 = 1.8 MB (e) plus 1.8 MB (d); the fused kernel's per-thread buffers are
-// 3 * 58 * 144 * 4 = 100 KB (ring) + 3.5 KB (d tile).
-// Measured: filled from opfuse-bench (see below).
+//        address, bias and ReLU6 applied before the single store. Then, per tile of at most 6
+//        output pixels (balanced: Q = 7 is 4 + 3), the depthwise 3x3 (+ bias, ReLU6) reads the
+//        ring and writes a tile of d (pixels x Ce) that stays in L1, and the projection (the
+//        tile's pixels x up to 4 vectors of Cout in registers, one broadcast of d per Ce step)
+//        adds bias and the residual and stores y. Stride 2 is just a pixel step of 2 in the
+//        depthwise loads, so both strides and both layouts share the code. Threads split the
+//        N * P output rows; each thread recomputes at most 2 halo rows. Padded Ce lanes never
+//        reach y (the projection loops over the real Ce), so NaN in x cannot leak through the
+//        zero padding.
+// Bytes (per image): the 24-channel block at 56x56, t6 (Ce = 144) would write and read back e =
+// 144 * 56 * 56 * 4 = 1.8 MB and d = 1.8 MB; the fused kernel's per-thread buffers are the ring,
+// 3 * 58 * 144 * 4 = 100 KB (L2), and the d and y tiles, 6 * (144 + 32) * 4 = 4.2 KB (L1). The
+// stride-2 block 16 -> 24 at 112x112 (Ce = 96): e = 4.8 MB and d = 1.2 MB against a 131 KB ring.
+// Measured (opfuse-bench, one run, medians of 3, 1 thread, AVX-512, 2-core VM at load ~11; wall
+// / CPU time):
+//   n1_c24_h56_w56_t6+res         simd 5.20 / 1.75 ms   fused 2.27 / 0.74 ms   2.29x / 2.35x
+//   n1_c16_h112_w112_t6_k24_s2    simd 6.39 / 2.52 ms   fused 1.98 / 0.77 ms   3.23x / 3.25x
+//   n1_c160_h7_w7_t6+res          simd 4.23 / 1.40 ms   fused 1.86 / 0.61 ms   2.28x / 2.29x
+// perf on the 56x56 block: projection 36% (its 24 output channels fill 2 AVX-512 vectors, 25% of
+// the lanes idle), expansion 34%, depthwise + the NCHW transpose of the y tile 29%.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
