@@ -27,8 +27,8 @@
 //                          through 0 * NaN.
 //          O = O^T / l, transposed back once per query tile (0 for a query with l = 0: no
 //          visible key or only -inf scores; NaN scores propagate through P and l).
-//        exp is vmath's vector exp. Extra memory is the per-thread scratch (attention_scratch in
-//        fused/shared/attention_supports.cpp): (D + Bk + Dv + 3) x Bq floats per thread.
+//        exp is vmath::exp_nonpositive (every argument is <= 0). Extra memory is the per-thread scratch
+//        (attention_scratch in fused/shared/attention_supports.cpp): (D + Bk + Dv + 3) x Bq floats per thread.
 //
 // Measured (opfuse-bench, t1, medians of 3 in one run, 2-core Zen 5 under shared load):
 //   MEASURED
@@ -359,12 +359,13 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
         const B m_old = B::load_aligned(mrow + u * W);
         const B m_new = xsimd::select(tmax[u] > m_old, tmax[u], m_old);
         // A lane with no finite score yet subtracts 0: exp(-inf - 0) = 0, never -inf + inf.
+        // Every exp argument is <= 0 (or NaN): s <= m' and m <= m'.
         const B m_use = xsimd::select(m_new == B(-kInf), B(0.f), m_new);
-        const B c = simd::vmath::exp<Arch>(m_old - m_use);
+        const B c = simd::vmath::exp_nonpositive<Arch>(m_old - m_use);
         B sum(0.f);
         float* s = st + u * W;
         for (int64_t j = 0; j < n; ++j) {
-          const B e = simd::vmath::exp<Arch>(B::load_aligned(s + j * BQ) - m_use);
+          const B e = simd::vmath::exp_nonpositive<Arch>(B::load_aligned(s + j * BQ) - m_use);
           e.store_aligned(s + j * BQ);
           sum += e;
         }

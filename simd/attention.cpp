@@ -8,7 +8,8 @@
 //          S = scale * Q K^T   sgemm (m = Sq, n = Skv, k = D, K read transposed, alpha = scale)
 //                              into the thread's Sq x Skv score matrix (prepared state)
 //          P = softmax(S + M)  one vector pass adds the mask and finds the row max and any
-//                              NaN, a second writes exp(s - max) (vmath::exp) and sums it
+//                              NaN, a second writes exp(s - max) (vmath::exp_nonpositive)
+//                              and sums it
 //          O = P V             sgemm (m = Sq, n = Dv, k = Skv) straight into o, then each
 //                              row of O is scaled by 1 / sum (Dv multiplies instead of Skv)
 //        Work items are heads (b, h) split across the threads; with fewer heads than threads a
@@ -129,18 +130,18 @@ float softmax_row(float* s, std::int64_t n, const float* m, std::int64_t mj) {
   }
   if (has_nan) return kNanRow;
   if (mx == -kInf) return kZeroRow;
-  // p_j = exp(s_j - max) and their sum. max may be +inf (an overflowed score): then the row
-  // turns NaN through inf - inf, as in naive.
+  // p_j = exp(s_j - max) (an argument <= 0: vmath::exp_nonpositive) and their sum. max may be
+  // +inf (an overflowed score): then the row turns NaN through inf - inf, as in naive.
   const B vm(mx);
   B vsum(0.f);
   for (j = 0; j + W <= n; j += W) {
-    const B e = vmath::exp<Arch>(B::load_unaligned(s + j) - vm);
+    const B e = vmath::exp_nonpositive<Arch>(B::load_unaligned(s + j) - vm);
     e.store_unaligned(s + j);
     vsum += e;
   }
   float sum = xsimd::hadd(vsum);
   for (; j < n; ++j) {
-    const float e = vmath::exp<Arch>(B(s[j] - mx)).get(0);
+    const float e = vmath::exp_nonpositive<Arch>(B(s[j] - mx)).get(0);
     s[j] = e;
     sum += e;
   }
