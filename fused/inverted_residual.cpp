@@ -418,7 +418,8 @@ Status InvertedResidual::prepare(Arch, const OpDesc& desc, const Context& ctx, c
   const Packed& L = st->L;
   st->threads = ctx.threads > 0 ? ctx.threads : 1;
   const i64 row_floats = (g.W + 2) * L.Cep;
-  st->per_thread = static_cast<std::size_t>(rup(3 * row_floats + IrTile<Arch>::pj_q * (L.Cep + L.Cop), 16));
+  const auto ring = static_cast<i64>(ir_band_floats(g, static_cast<i64>(fbatch<Arch>::size)));  // 3 * row_floats
+  st->per_thread = static_cast<std::size_t>(rup(ring + IrTile<Arch>::pj_q * (L.Cep + L.Cop), 16));
   // Zeroed once: the ring's padding columns (and padded Ce lanes without expansion) are never written.
   if (!st->scratch.alloc(st->per_thread * static_cast<std::size_t>(st->threads)) ||
       !st->zero_row.alloc(static_cast<std::size_t>(row_floats)))
