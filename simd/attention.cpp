@@ -65,11 +65,12 @@ std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
 // The per-thread scratch: the score rows, the per-row 1 / sum (or kZeroRow / kNanRow for a
 // row that gets no softmax) and the sgemm workspace.
 struct Layout {
-  std::int64_t ld = 0;      // score row step, floats
-  std::int64_t scores = 0;  // rows * ld
-  std::int64_t rows = 0;    // most query rows one work item holds
-  std::int64_t gemm = 0;    // sgemm workspace floats
-  std::int64_t total = 0;   // floats per thread, a multiple of 16; -1 when it overflows
+  std::int64_t ld = 0;        // score row step, floats
+  std::int64_t scores = 0;    // rows * ld
+  std::int64_t rows = 0;      // most query rows one work item holds
+  std::int64_t gemm = 0;      // sgemm workspace floats
+  std::int64_t packed_v = 0;  // floats of V packed for the PV GEMM (only when Dv == nr, see below)
+  std::int64_t total = 0;     // floats per thread, a multiple of 16; -1 when it overflows
 };
 
 template <class Arch>
@@ -93,7 +94,8 @@ Layout layout_of(const OpDesc& desc) {
     l.total = -1;
     return l;
   }
-  l.total = l.scores + round16(l.rows) + l.gemm;
+  if (Dv == GemmTile<Arch>::nr) l.packed_v = round16(static_cast<std::int64_t>(packed_b_size<Arch>(Dv, Skv)));
+  l.total = l.scores + round16(l.rows) + l.gemm + l.packed_v;
   return l;
 }
 
@@ -257,6 +259,7 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
     float* const sc = scratch->of(tid);
     float* const row_f = sc + lay.scores;  // per row: 1 / sum, kZeroRow or kNanRow
     float* const gws = row_f + round16(lay.rows);
+    float* const pv = gws + lay.gemm;  // lay.packed_v floats
     for (std::int64_t item = b; item < e; ++item) {
       const std::int64_t bh = item / parts, r0 = item % parts * part_rows;
       const std::int64_t r1 = r0 + part_rows < Sq ? r0 + part_rows : Sq;
@@ -307,6 +310,13 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
         g.ldc = os[2];
         g.workspace = gws;
         g.threads = 1;
+        if (lay.packed_v && common > 0) {
+          // Workaround: sgemm reads an unpacked B "in place" when its rows fit, but its
+          // micro-kernel picks the aligned packed-panel loads whenever ldb == nr, so a V with
+          // Dv == nr that is not vector-aligned faults (movaps). V packed here instead.
+          pack_b<Arch>(vh, vs[2], false, Dv, common, pv);
+          g.packed_b = pv;
+        }
         sgemm<Arch>(g);  // k = 0 (no common key) writes zeros
         for (std::int64_t i = i0; i < i1; ++i) {
           float* orow = oh + i * os[2];
