@@ -302,6 +302,10 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 8, 9, 9, 12, 3, 3, 1, 1, 1, 2}, false, {act(ActKind::relu), PostOp::maxpool(2, 2, 0)}));
   c.add(conv({1, 16, 13, 13, 16, 3, 3, 1, 1, 1, 16}, false, {PostOp::batchnorm(), PostOp::maxpool(3, 2, 1)}));
   c.add(conv({1, 4, 13, 13, 8, 3, 3, 1, 2, 2}, false, {PostOp::maxpool(3, 2, 1)}));
+  // 64-channel blocks (the AVX-512 7x4 tile) with dilation (tap columns not contiguous) and
+  // with an unpadded NHWC x read in place.
+  c.add(conv({1, 5, 17, 17, 40, 3, 3, 1, 2, 2}, true, {act(ActKind::relu), PostOp::maxpool(3, 2, 1)}));
+  c.add(conv({1, 8, 12, 12, 64, 3, 3, 1, 0, 1, 1, kNhwc}, false, {PostOp::batchnorm(), PostOp::maxpool(2, 2, 0)}));
   // Drawn from the seed.
   for (int i = 0; i < 3; ++i) {
     ConvSpec s{1, 1, 1, 1, 1, 1, 1};
