@@ -24,21 +24,24 @@
 //        tile_avx512_7x4: the one place this file leaves xsimd, and why); the layout transform
 //        of the pooled rows into NCHW y is a 16 x 16 register transpose there.
 //
-// Measured (ResNet-50 stem: x 1x3x224x224 NCHW, w 64x3x7x7 stride 2 pad 3, + bn + relu +
-// maxpool 3x3/2 pad 1 -> y 1x64x56x56; 1 thread, AVX-512, weights not bound at prepare). The
-// 2-core VM was shared with other builds (load 10-12), so these are per-call CPU times
-// (CLOCK_THREAD_CPUTIME_ID, medians of 41 pairs of calls, one run of a standalone harness:
-// opfuse-bench has no case for this desc yet), not wall times:
-//   conv2d__fused_avx512_pool   2.84 ms  (min 2.50)  84 GFLOP/s
-//   conv2d__simd_avx512_pool    4.18 ms  (min 3.95)  57 GFLOP/s   fused/simd   1.47x
-//   conv2d__onednn (conv+pool)  2.52 ms  (min 2.32)  95 GFLOP/s   fused/oneDNN 0.89x
-//   (the same convolution without the pool: simd nhwc_direct 3.41 ms, oneDNN 2.40 ms; so
-//   simd's separate pool pass over the 3.2 MB conv output costs ~0.8 ms, oneDNN's ~0.1 ms
-//   because it pools in its blocked nChw16c layout). An earlier run of the same harness gave
-//   fused 2.52, simd 4.66, oneDNN 2.57 ms. ~90% of the fused time is the FMA loop; the
-//   7 x 4 tile alone runs the stem's 7.4M FMAs in 2.12 ms (about one zmm FMA per cycle),
-//   against 3.3 ms for the xsimd 6 x 4 tile it replaced (which GCC compiles with a
-//   vbroadcastss per pixel). The padded NHWC copy of x is ~4%, the width pooling ~3%.
+// Measured (ResNet-50 stem, the opfuse-bench case
+// conv2d/<impl>/n1_c3_h224_w224_k64_r7_s2_p3+bn+relu+maxpool3s2p1: x 1x3x224x224 NCHW, w 64x3x7x7
+// stride 2 pad 3, + bn + relu + maxpool 3x3/2 pad 1 -> y 1x64x56x56; AVX-512, weights not
+// bound at prepare). The 2-core VM was shared with other engineers' builds (load 8-16), so
+// wall times were 2-3x the CPU times and swapped ranks between runs; the figures are Google
+// Benchmark's CPU time per call at t1 (medians; run A 3 repetitions, run B 5):
+//                                   run A     run B     GFLOP/s (B)
+//   conv2d__fused_avx512_pool       2.49 ms   2.83 ms   85
+//   conv2d__simd_avx512_pool        4.08 ms   4.31 ms   56      fused/simd   1.64x  1.52x
+//   conv2d__onednn (conv + pool)    2.26 ms   2.43 ms   99      fused/oneDNN 0.91x  0.86x
+// The same convolution without the pool (run B): simd 3.43 ms, fused 3.27 ms, oneDNN 2.32 ms;
+// so simd's pool pass over the 3.2 MB conv output costs ~0.9 ms, oneDNN's ~0.1 ms (it pools
+// in its blocked nChw16c layout), and this kernel's conv + pool is faster than the fused
+// conv alone (2.83 vs 3.27 ms: the 7 x 4 tile). About 90% of the time is the FMA loop: the
+// 7 x 4 tile alone runs the stem's 7.4M FMAs in 2.12 ms in a standalone loop (about one zmm
+// FMA per cycle), against ~3.3 ms for the xsimd 6 x 4 tile it replaced, which GCC compiles
+// with a vbroadcastss per pixel. The padded NHWC copy of x is ~4%, the width pooling ~3%.
+// t2 could not be measured meaningfully under that load (wall medians 20-80 ms for all three).
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
