@@ -64,7 +64,7 @@ std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
 
 // The per-thread scratch: the score rows, the per-row 1 / sum (or kZeroRow / kNanRow for a
 // row that gets no softmax) and the sgemm workspace.
-struct Layout {
+struct ScoreLayout {
   std::int64_t ld = 0;        // score row step, floats
   std::int64_t scores = 0;    // rows * ld
   std::int64_t rows = 0;      // most query rows one work item holds
@@ -74,10 +74,10 @@ struct Layout {
 };
 
 template <class Arch>
-Layout layout_of(const OpDesc& desc) {
+ScoreLayout layout_of(const OpDesc& desc) {
   const std::int64_t Sq = desc.inputs[0].shape[2], D = desc.inputs[0].shape[3];
   const std::int64_t Skv = desc.inputs[1].shape[2], Dv = desc.inputs[2].shape[3];
-  Layout l;
+  ScoreLayout l;
   l.ld = round16(Skv);
   l.rows = Sq;  // one thread may hold a whole head (threads <= heads, or a single thread)
   l.scores = checked_mul(l.rows, l.ld);
@@ -98,6 +98,12 @@ Layout layout_of(const OpDesc& desc) {
   l.total = l.scores + round16(l.rows) + l.gemm + l.packed_v;
   return l;
 }
+
+// The prepared state: the layout (computed once, at prepare) and the per-thread scratch.
+struct ScoreState {
+  ScoreLayout layout;
+  Scratch scratch;
+};
 
 // What softmax_row returns for a row that gets no softmax (1 / sum is positive or NaN).
 constexpr float kZeroRow = -1.f;  // nothing visible (or only -inf scores): o row = 0
@@ -203,16 +209,18 @@ std::size_t Attention::workspace(Arch, const OpDesc&) {
 template <class Arch>
 Status Attention::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const*,
                           std::shared_ptr<void>& state) {
-  const Layout l = layout_of<Arch>(desc);
-  auto s = std::make_shared<Scratch>();
-  s->threads = ctx.threads > 0 ? ctx.threads : 1;
-  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 4 / s->threads;
+  auto s = std::make_shared<ScoreState>();
+  s->layout = layout_of<Arch>(desc);
+  const ScoreLayout& l = s->layout;
+  Scratch& sc = s->scratch;
+  sc.threads = ctx.threads > 0 ? ctx.threads : 1;
+  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 4 / sc.threads;
   if (l.total < 0 || l.total > limit)
     return {StatusCode::out_of_memory, "attention: the score matrix does not fit in memory"};
-  s->per_thread = static_cast<std::size_t>(l.total);
-  s->data =
-      static_cast<float*>(std::aligned_alloc(64, s->per_thread * sizeof(float) * static_cast<std::size_t>(s->threads)));
-  if (!s->data) return {StatusCode::out_of_memory, "attention: cannot allocate the score matrices"};
+  sc.per_thread = static_cast<std::size_t>(l.total);
+  sc.data =
+      static_cast<float*>(std::aligned_alloc(64, sc.per_thread * sizeof(float) * static_cast<std::size_t>(sc.threads)));
+  if (!sc.data) return {StatusCode::out_of_memory, "attention: cannot allocate the score matrices"};
   state = std::move(s);
   return Status::ok();
 }
@@ -236,9 +244,10 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
   const float* mp = mask ? mask->data() : nullptr;
   float* op = o.mutable_data();
   const float scale = p.scale != 0.f ? p.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const auto* scratch = static_cast<const Scratch*>(args.state);
+  const auto* state = static_cast<const ScoreState*>(args.state);
+  const Scratch* scratch = &state->scratch;
   const int threads = args.threads < scratch->threads ? args.threads : scratch->threads;
-  const Layout lay = layout_of<Arch>(*args.desc);
+  const ScoreLayout& lay = state->layout;
   if (Sq <= 0 || B * H <= 0) return;
 
   // Keys [0, visible(i)) are the ones query i sees (bottom-right aligned causal rule).
