@@ -127,16 +127,16 @@ bool fold_bound(const OpDesc& d, const Tensor* const* constants) {
   return true;
 }
 
-// Folds the leading batchnorms into the weights and the bias: wout (K x Cg*R*S, row-major in
-// (c, r, s) order) and bout (K). `in` are the desc's inputs (x unused).
-void fold(const OpDesc& d, const Geom& g, const Tensor* const* in, float* wout, float* bout) {
+// The leading batchnorms as a per-output-channel scale and bias: conv(w) * sc[k] + bi[k] is
+// the conv with its bias followed by them (consecutive batchnorms compose). The scale is
+// applied where the weights are packed anyway (sgemm's a_scale, the direct packing below), so
+// folding costs no pass over the weights. `in` are the desc's inputs (x unused).
+void fold_scales(const OpDesc& d, i64 K, const Tensor* const* in, float* sc, float* bi) {
   const auto& p = d.p<Conv2dParams>();
   const std::vector<std::size_t> idx = operand_index(p);
   const int nfold = conv_folded_batchnorms(p);
-  const float* w = in[1]->data();
   const float* bias = p.has_bias ? in[2]->data() : nullptr;
-  const i64 taps = g.Cg * g.R * g.S;
-  for (i64 k = 0; k < g.K; ++k) {
+  for (i64 k = 0; k < K; ++k) {
     float s = 1.f, b = bias ? bias[k] : 0.f;
     for (int f = 0; f < nfold; ++f) {
       const Tensor* const* o = in + idx[static_cast<std::size_t>(f)];
@@ -145,16 +145,19 @@ void fold(const OpDesc& d, const Geom& g, const Tensor* const* in, float* wout, 
       b = (b - o[2]->data()[k]) * m + o[1]->data()[k];
       s *= m;
     }
-    bout[k] = b;
+    sc[k] = s;
+    bi[k] = b;
+  }
+}
+
+// w' = w * sc[k] as a dense (K, Cg*R*S) matrix (the NHWC 1x1 GEMM's B, packed by pack_b).
+void fold_weights(const Geom& g, const float* w, const float* sc, float* wout) {
+  const i64 taps = g.Cg * g.R * g.S;
+  for (i64 k = 0; k < g.K; ++k) {
     float* dst = wout + k * taps;
-    if (g.ws[3] == 1 && g.ws[2] == g.S && g.ws[1] == g.R * g.S) {  // dense (K, Cg, R, S): one run per k
-      const float* src = w + k * g.ws[0];
-      for (i64 t = 0; t < taps; ++t) dst[t] = src[t] * s;
-      continue;
-    }
     for (i64 c = 0; c < g.Cg; ++c)
       for (i64 r = 0; r < g.R; ++r)
-        for (i64 t = 0; t < g.S; ++t) *dst++ = w[k * g.ws[0] + c * g.ws[1] + r * g.ws[2] + t * g.ws[3]] * s;
+        for (i64 t = 0; t < g.S; ++t) *dst++ = w[k * g.ws[0] + c * g.ws[1] + r * g.ws[2] + t * g.ws[3]] * sc[k];
   }
 }
 
@@ -241,8 +244,8 @@ std::size_t conv1x1_sgemm_ws(const Geom& g) {
 }
 
 struct Conv1x1State {
-  bool folded = false;  // w' and b' below were folded at prepare
-  Floats w;             // w' (K x C)
+  bool folded = false;  // scale, bias (and NHWC: packed_b) below were folded at prepare
+  Floats scale;         // sc (K): the folded batchnorms' per-channel scale
   Floats bias;          // b' (K)
   Floats packed_b;      // NHWC: w'^T packed for the GEMM
   std::vector<Floats> mults;
@@ -434,11 +437,30 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
   }
 }
 
-// The geometry pack_direct_weights needs for the folded weights, which fold() writes dense
-// (K, Cg, R, S).
-simd::ConvGeom folded_geom(simd::ConvGeom g) {
-  g.ws = {g.Cg * g.R * g.S, g.R * g.S, g.S, 1, 0};
-  return g;
+// simd::pack_direct_weights (simd/conv_kernel.hpp) with the folded batchnorm scale sc[k] applied
+// to each output channel's taps as they are packed: [g][kb][c block][R][S][c][KB].
+void pack_direct_weights_scaled(const simd::ConvGeom& g, const float* w, i64 KB, const float* sc, float* out,
+                                int threads) {
+  const i64 nkb = (g.Kg + KB - 1) / KB, CB = simd::direct_cblock(g, KB), ncb = (g.Cg + CB - 1) / CB;
+  const i64 wblock = g.R * g.S * g.Cg * KB;
+  simd::parallel_for(g.G * nkb * ncb * g.R, threads, 1, [&](i64 b, i64 e) {
+    for (i64 u = b; u < e; ++u) {
+      const i64 r = u % g.R, cb = (u / g.R) % ncb, kb = (u / (g.R * ncb)) % nkb, gi = u / (g.R * ncb * nkb);
+      const i64 c0 = cb * CB, cn = std::min(CB, g.Cg - c0);
+      float* o = out + (gi * nkb + kb) * wblock + (c0 * g.R + r * cn) * g.S * KB;
+      for (i64 l = 0; l < KB; ++l) {
+        const i64 kg = kb * KB + l;
+        if (kg >= g.Kg) {
+          for (i64 t = 0; t < g.S * cn; ++t) o[t * KB + l] = 0.f;
+          continue;
+        }
+        const float f = sc[gi * g.Kg + kg];
+        const float* src = w + (gi * g.Kg + kg) * g.ws[0] + c0 * g.ws[1] + r * g.ws[2];
+        for (i64 t = 0; t < g.S; ++t)
+          for (i64 c = 0; c < cn; ++c) o[(t * cn + c) * KB + l] = src[c * g.ws[1] + t * g.ws[3]] * f;
+      }
+    }
+  });
 }
 
 // Folded bias b' (K) -> the packed per-block bias [G][nkb * KB], zero past Kg.
@@ -449,15 +471,15 @@ void pack_direct_bias(const simd::ConvGeom& g, i64 nkb, i64 KB, const float* b, 
 
 // Workspace sections of the direct kernel.
 struct DirectWs {
-  float *fw, *fb, *w, *b, *x, *epi;
+  float *sc, *bi, *w, *b, *x, *epi;
 };
 template <class Arch>
 std::size_t direct_ws(const OpDesc& d, float* base, DirectWs* out) {
   const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(d);
   const simd::ConvGeom& g = pl.g;
   Carver cv{base};
-  out->fw = cv.take(g.K * g.Cg * g.R * g.S);
-  out->fb = cv.take(g.K);
+  out->sc = cv.take(g.K);
+  out->bi = cv.take(g.K);
   out->w = cv.take(pl.wfloats);
   out->b = cv.take(g.G * pl.nkb * pl.KB);
   out->x = pl.copy_x ? cv.take(g.N * pl.Hp * pl.Wp * g.C) : nullptr;
@@ -473,7 +495,8 @@ std::size_t Conv1x1::workspace(Arch, const OpDesc& desc) {
   const Geom g = geom(desc);
   Carver cv{nullptr};
   cv.take(static_cast<i64>(conv1x1_sgemm_ws<Arch>(g)));
-  cv.take(g.K * g.C);
+  if (g.nhwc) cv.take(g.K * g.C);
+  cv.take(g.K);
   cv.take(g.K);
   cv.take(epilogue_ws(desc.p<Conv2dParams>(), g.K));
   return cv.used + 16;
@@ -485,12 +508,14 @@ Status Conv1x1::prepare(Arch, const OpDesc& desc, const Context&, const Tensor* 
   const Geom g = geom(desc);
   auto st = std::make_shared<Conv1x1State>();
   if (fold_bound(desc, constants)) {
-    st->w = alloc_floats(static_cast<std::size_t>(g.K * g.C));
+    st->scale = alloc_floats(static_cast<std::size_t>(g.K));
     st->bias = alloc_floats(static_cast<std::size_t>(g.K));
-    fold(desc, g, constants, st->w.get(), st->bias.get());
+    fold_scales(desc, g.K, constants, st->scale.get(), st->bias.get());
     if (g.nhwc) {
+      std::vector<float> w(static_cast<std::size_t>(g.K * g.C));
+      fold_weights(g, constants[1]->data(), st->scale.get(), w.data());
       st->packed_b = alloc_floats(packed_b_size<Arch>(g.K, g.C));
-      pack_b<Arch>(st->w.get(), g.C, true, g.K, g.C, st->packed_b.get());
+      pack_b<Arch>(w.data(), g.C, true, g.K, g.C, st->packed_b.get());
     }
     st->folded = true;
   }
@@ -507,17 +532,19 @@ void Conv1x1::operator()(Arch, const KernelArgs& args) const {
   float* ws0 = args.workspace + (16 - reinterpret_cast<std::uintptr_t>(args.workspace) / sizeof(float) % 16) % 16;
   Carver cv{ws0};
   float* wsg = cv.take(static_cast<i64>(conv1x1_sgemm_ws<Arch>(g)));
-  float* wsw = cv.take(g.K * g.C);
+  float* wsw = g.nhwc ? cv.take(g.K * g.C) : nullptr;
+  float* wss = cv.take(g.K);
   float* wsb = cv.take(g.K);
   float* wse = cv.take(epilogue_ws(d.p<Conv2dParams>(), g.K));
 
-  const float* w = st->w.get();
+  const float* scale = st->scale.get();
   const float* bias = st->bias.get();
   if (!st->folded) {
-    fold(d, g, args.in, wsw, wsb);
-    w = wsw;
+    fold_scales(d, g.K, args.in, wss, wsb);
+    scale = wss;
     bias = wsb;
   }
+  const bool scaled = conv_folded_batchnorms(d.p<Conv2dParams>()) > 0;
   const ChainEpilogue epi =
       make_epilogue(d, g, args.in, &st->mults, wse, g.nhwc ? ConvView::pixel_rows : ConvView::channel_rows);
   const float* x = args.in[0]->data();
@@ -527,16 +554,20 @@ void Conv1x1::operator()(Arch, const KernelArgs& args) const {
   sg.workspace = wsg;
   sg.threads = std::min(args.threads, max_threads());
   if (g.nhwc) {
-    // y (NPQ x K) = x (NPQ x C) w'^T: w' is (K x C), i.e. op(B) = w'^T with trans_b.
+    // y (NPQ x K) = x (NPQ x C) w'^T: w' is (K x C), i.e. op(B) = w'^T with trans_b; the scale
+    // goes into w' (a column scale of op(B)) unless w' was packed at prepare.
     sg.m = g.N * g.P * g.Q;
     sg.n = g.K;
     sg.k = g.C;
     sg.a = x;
     sg.lda = g.C;
-    sg.b = w;
+    sg.packed_b = st->packed_b.get();
+    if (!sg.packed_b) {
+      fold_weights(g, args.in[1]->data(), scale, wsw);
+      sg.b = wsw;
+    }
     sg.ldb = g.C;
     sg.trans_b = true;
-    sg.packed_b = st->packed_b.get();
     sg.c = y;
     sg.ldc = g.K;
     sg.bias = bias;
@@ -545,13 +576,15 @@ void Conv1x1::operator()(Arch, const KernelArgs& args) const {
     sgemm<Arch>(sg, epi);
     return;
   }
-  // Per image: y[n] (K x PQ) = w' (K x C) x[n] (C x PQ); output channels are the rows.
+  // Per image: y[n] (K x PQ) = diag(sc) w (K x C) x[n] (C x PQ); output channels are the rows,
+  // and the folded scale is applied as sgemm packs w (a_scale).
   const i64 PQ = g.P * g.Q;
   sg.m = g.K;
   sg.n = PQ;
   sg.k = g.C;
-  sg.a = w;
-  sg.lda = g.C;
+  sg.a = args.in[1]->data();
+  sg.lda = g.ws[0];
+  sg.a_scale = scaled ? scale : nullptr;
   sg.ldb = PQ;
   sg.ldc = PQ;
   sg.bias = bias;
@@ -590,12 +623,12 @@ Status ConvDirect::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
   const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(desc);
   const simd::ConvGeom& g = pl.g;
   if (fold_bound(desc, constants)) {
-    std::vector<float> fw(static_cast<std::size_t>(g.K * g.Cg * g.R * g.S)), fb(static_cast<std::size_t>(g.K));
-    fold(desc, geom(desc), constants, fw.data(), fb.data());
+    std::vector<float> sc(static_cast<std::size_t>(g.K)), bi(static_cast<std::size_t>(g.K));
+    fold_scales(desc, g.K, constants, sc.data(), bi.data());
     st->weights.resize(static_cast<std::size_t>(pl.wfloats));
-    simd::pack_direct_weights(folded_geom(g), fw.data(), pl.KB, st->weights.data, ctx.threads);
+    pack_direct_weights_scaled(g, constants[1]->data(), pl.KB, sc.data(), st->weights.data, ctx.threads);
     st->bias.resize(static_cast<std::size_t>(g.G * pl.nkb * pl.KB));
-    pack_direct_bias(g, pl.nkb, pl.KB, fb.data(), st->bias.data);
+    pack_direct_bias(g, pl.nkb, pl.KB, bi.data(), st->bias.data);
     st->packed = true;
   }
   if (pl.ybuf) {
@@ -621,9 +654,9 @@ void ConvDirect::operator()(Arch, const KernelArgs& args) const {
   const float* wp = st->weights.data;
   const float* bias = st->bias.data;
   if (!st->packed) {
-    fold(d, geom(d), args.in, ws.fw, ws.fb);
-    simd::pack_direct_weights(folded_geom(g), ws.fw, pl.KB, ws.w, threads);
-    pack_direct_bias(g, pl.nkb, pl.KB, ws.fb, ws.b);
+    fold_scales(d, g.K, args.in, ws.sc, ws.bi);
+    pack_direct_weights_scaled(g, args.in[1]->data(), pl.KB, ws.sc, ws.w, threads);
+    pack_direct_bias(g, pl.nkb, pl.KB, ws.bi, ws.b);
     wp = ws.w;
     bias = ws.b;
   }

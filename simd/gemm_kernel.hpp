@@ -115,6 +115,9 @@ struct SgemmArgs {
   const float* a = nullptr;
   std::int64_t lda = 0;
   bool trans_a = false;
+  // Optional: row i of op(A) is multiplied by a_scale[i] as it is packed (diag(a_scale) op(A):
+  // a per-output-row weight scale, such as a batchnorm folded into a conv's weights, at no cost).
+  const float* a_scale = nullptr;
   const float* b = nullptr;
   std::int64_t ldb = 0;
   bool trans_b = false;
@@ -227,6 +230,7 @@ template <class Arch>
 void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* dst) {
   constexpr int64_t mr = GemmTile<Arch>::mr;
   const RowTiles<Arch> tiles(mc);
+  const float* sc = g.a_scale ? g.a_scale + i0 : nullptr;  // the block's row scales
   if (g.trans_a) {
     // A is (k, m): row k of the block is mc contiguous floats; walk it once per k.
     for (int64_t k = 0; k < kc; ++k) {
@@ -234,7 +238,10 @@ void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, 
       for (int64_t q = 0; q < tiles.t; ++q) {
         const int64_t r0 = tiles.begin(q), rows = tiles.begin(q + 1) - r0;
         float* d = dst + q * mr * kc + k * mr;
-        for (int64_t i = 0; i < rows; ++i) d[i] = src[r0 + i];
+        if (sc)
+          for (int64_t i = 0; i < rows; ++i) d[i] = src[r0 + i] * sc[r0 + i];
+        else
+          for (int64_t i = 0; i < rows; ++i) d[i] = src[r0 + i];
       }
     }
     return;
@@ -256,11 +263,13 @@ void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, 
           for (int64_t i = 0; i < rows; ++i) __builtin_prefetch(src[i] + rows * g.lda + k, 0, 3);
         __m512 r[16];
         for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src[i] + k);
+        if (sc)
+          for (int64_t i = 0; i < rows; ++i) r[i] = _mm512_mul_ps(r[i], _mm512_set1_ps(sc[r0 + i]));
         transpose16(r);
         for (int l = 0; l < 16; ++l) _mm512_mask_storeu_ps(dst + (k + l) * mr, (1u << mr) - 1, r[l]);
       }
       for (; k < kc; ++k)
-        for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = src[i][k];
+        for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = sc ? src[i][k] * sc[r0 + i] : src[i][k];
       continue;
     }
 #endif
@@ -268,7 +277,12 @@ void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, 
       const float* src = g.a + (i0 + r0 + i) * g.lda + k0;
       if (r0 + rows + i < mc)
         for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(src + rows * g.lda + k, 0, 3);
-      for (int64_t k = 0; k < kc; ++k) dst[k * mr + i] = src[k];
+      if (sc) {
+        const float f = sc[r0 + i];
+        for (int64_t k = 0; k < kc; ++k) dst[k * mr + i] = src[k] * f;
+      } else {
+        for (int64_t k = 0; k < kc; ++k) dst[k * mr + i] = src[k];
+      }
     }
   }
 }
@@ -395,7 +409,8 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
   };
   // The C tile is fetched into L2 at the start and into L1 only 32 k steps before the end:
   // with ldc a multiple of 1 KiB its rows share a few L1 sets, and held there for the whole loop
-  // they would evict each other and the B micro-panel. The epilogue's operands likewise.
+  // they would evict each other and the B micro-panel. The epilogue's operands likewise (into L2
+  // one tile ahead by macro_kernel, into L1 here).
   const bool reads_c = !st.first || st.beta != 0.f;
   const bool epilogue = Epi::enabled && st.last;
   if (reads_c)
@@ -403,8 +418,6 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       __builtin_prefetch(c + i * ldc, 1, 2);
       __builtin_prefetch(c + i * ldc + nr - 1, 1, 2);
     }
-  if constexpr (Epi::enabled)
-    if (epilogue) epi.template prefetch<Arch>(st.row0, st.col0, R, 2);
   const int64_t late = reads_c || epilogue ? std::min<int64_t>(kc, 32) : 0;
   run_k(kc - late);
   if (late) {
@@ -522,6 +535,7 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
   for (int64_t j = j0; j < j1; j += nr) {
     const int64_t cols = std::min(nr, j1 - j);
     const float* pbj = pb + j * kc;
+    const bool next_panel = j + nr < j1;
     st.ldpb = nr;
     if (in_place && cols == nr) {
       pbj = g.b + k0 * g.ldb + jc + j;
@@ -535,6 +549,18 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
       st.bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + (jc + j) * g.bias_cs : nullptr;
       st.row0 = i0 + i;
       st.col0 = jc + j;
+      if (last && (q + 1 < tiles.t || next_panel)) {
+        // One tile ahead, towards L2: the next tile's C lines with write intent (its stores
+        // would otherwise each wait for a read for ownership) and its epilogue operands.
+        const int64_t ni = q + 1 < tiles.t ? tiles.begin(q + 1) : 0, nj = q + 1 < tiles.t ? j : j + nr;
+        const int64_t nrows = (q + 1 < tiles.t ? tiles.begin(q + 2) : tiles.begin(1)) - ni;
+        float* nc = g.c + (i0 + ni) * g.ldc + jc + nj;
+        for (int64_t r = 0; r < nrows; ++r) {
+          __builtin_prefetch(nc + r * g.ldc, 1, 2);
+          __builtin_prefetch(nc + r * g.ldc + nr - 1, 1, 2);
+        }
+        if constexpr (Epi::enabled) epi.template prefetch<Arch>(i0 + ni, jc + nj, static_cast<int>(nrows), 2);
+      }
       kTiles<Arch, Epi>[static_cast<std::size_t>(rows - 1)](kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j,
                                                             g.ldc, cols, st, epi);
     }
