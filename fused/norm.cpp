@@ -74,11 +74,12 @@ inline fbatch<Arch> expn(fbatch<Arch> x) {
   return simd::vmath::exp_nonpositive<Arch>(x);
 }
 
-// One prefetch per cache line of p (or nothing for null), for the vector at offset j.
+// One prefetch per cache line of p (or nothing for null), for the vector at offset j:
+// prefetcht1, into L2, so the row being computed keeps L1 (see simd/norm.cpp).
 template <class Arch>
 inline void prefetch_line(const float* p, i64 j) {
   constexpr i64 W = fbatch<Arch>::size;
-  if (p && (W >= 16 || j % 16 == 0)) __builtin_prefetch(p + j);
+  if (p && (W >= 16 || j % 16 == 0)) __builtin_prefetch(p + j, 0, 2);
 }
 
 // y[j] = f(j) for j < n (f: the batch at j; fs: one element, for the head and the tail). With
@@ -330,7 +331,7 @@ void columns_online(const float* x, i64 xa, float* y, i64 ya, const float* m, i6
   Online<Arch> o;
   for (i64 j = 0; j < n; ++j) o.add(z(j));
   // Lanes whose sum is NaN get NaN, lanes whose sum is 0 (fully masked) get 0.
-  const auto nan = o.s != o.s;
+  const auto nan = xsimd::isnan(o.s);
   const auto dead = nan | (o.s == B(0.f));
   const B fill = xsimd::select(nan, B(kNaN), B(0.f));
   const B inv = B(1.f) / o.s;
