@@ -80,7 +80,7 @@ struct Epilogue {
   const float* mask;  // element (query i0 + lane, key j) at mask[lane * mask_i + j * mask_j]; or null
   int64_t mask_i, mask_j;
   int64_t lanes;  // real queries in the tile (lanes past it read no mask)
-  bool causal;    // diagonal tile: lane l sees key j iff l >= j - first_hidden_lane_base
+  bool causal;    // the tile crosses the causal diagonal: hidden (lane, key) pairs get -inf
   int64_t diag;   // key j is hidden from lane l when l < j - diag (diag = i0 + Skv - Sq)
 };
 

@@ -24,7 +24,7 @@ struct FlashTile {
 };
 constexpr FlashTile flash_tile(Isa isa) {
   switch (isa) {
-    case Isa::avx512: return {16, 3, 8, 8, 64};
+    case Isa::avx512: return {16, 4, 6, 4, 72};
     case Isa::avx2: return {8, 2, 6, 6, 128};
     default: return {4, 2, 4, 4, 128};
   }
