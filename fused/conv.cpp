@@ -6,20 +6,28 @@
 // simd (simd/conv.cpp): register-blocked kernels (1x1 as GEMM, NHWC direct, depthwise); the
 //   chain runs as a vectorized pass over each output tile right after it is stored (in cache).
 // fused (this file):
-//   * batchnorm right after the conv is folded into the weights and the bias:
-//     w'[k] = w[k] * s[k], b'[k] = (b[k] - mean[k]) * s[k] + shift[k], s = scale / sqrt(var + eps)
-//     (consecutive batchnorms compose), at prepare when w, the bias and the batchnorm operands
-//     are bound constants, otherwise per call into the workspace (K * C * R * S multiplies).
-//   * 1x1: the simd GEMM (simd/gemm_kernel.hpp) with the remaining chain as its micro-kernel
-//     epilogue (fused/gemm_epilogue.hpp): a residual tile is loaded and added and the
-//     activation applied on the accumulator registers, so y is stored once and never re-read.
-//     NCHW: per image y (K x PQ) = w' (K x C) x (C x PQ), output channels as rows (per-row bias
-//     and batchnorm vectors); NHWC: y (NPQ x K) = x (NPQ x C) w'^T, channels as columns.
-//   * other geometries: the simd stage's NHWC direct convolution (simd/conv_kernel.hpp) with
-//     the folded weights; the chain on the accumulator tile before its store.
+//   * batchnorm steps right after the conv are folded into it: per output channel
+//     s[k] = scale[k] / sqrt(var[k] + eps) and b'[k] = (b[k] - mean[k]) * s[k] + shift[k]
+//     (consecutive batchnorms compose), and w is scaled by s[k] where it is packed anyway (the
+//     GEMM's A packing for NCHW 1x1, the direct kernel's weight packing), so folding costs no
+//     pass over the weights: at prepare when w, the bias and the batchnorm operands are bound
+//     constants, otherwise per call.
+//   * 1x1: the simd GEMM (simd/gemm_kernel.hpp) with the rest of the chain as its micro-kernel
+//     epilogue (fused/gemm_epilogue.hpp): the finished accumulator tile goes through the steps
+//     in an L1 buffer - residual tile loaded (prefetched one tile ahead) and added, activation
+//     applied - and is stored once; y is never re-read. NCHW: per image y (K x PQ) =
+//     diag(s) w (K x C) x (C x PQ), output channels as rows (per-row bias and batchnorm
+//     vectors), x read in place by the micro-kernels (no packing of the activation); NHWC:
+//     y (NPQ x K) = x (NPQ x C) w'^T, channels as columns.
+//   * other geometries (not depthwise): the simd stage's NHWC direct convolution
+//     (simd/conv_kernel.hpp) on the scaled weights; NHWC output runs the chain on the
+//     accumulator tile before its store, NCHW output on the 16-channel x 64-pixel block in L1
+//     as it is transposed into y (contiguous residual rows), so y is written once either way.
+//   * depthwise, pool steps and any other post-op kind: declined (the simd kernels serve them).
 //
 // MEASURED
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -100,12 +108,14 @@ Geom geom(const OpDesc& d) {
 }
 
 // Index of each post-op step's first operand (after x, w, [bias]).
-std::vector<std::size_t> operand_index(const Conv2dParams& p) {
-  std::vector<std::size_t> r;
+// A fixed array: execute allocates nothing (supports() caps the chain at kEpiMaxSteps).
+using OperandIndex = std::array<std::size_t, kEpiMaxSteps>;
+OperandIndex operand_index(const Conv2dParams& p) {
+  OperandIndex r{};
   std::size_t idx = p.has_bias ? 3 : 2;
-  for (const PostOp& op : p.post_ops) {
-    r.push_back(idx);
-    idx += static_cast<std::size_t>(post_op_operands(op));
+  for (std::size_t s = 0; s < p.post_ops.size() && s < r.size(); ++s) {
+    r[s] = idx;
+    idx += static_cast<std::size_t>(post_op_operands(p.post_ops[s]));
   }
   return r;
 }
@@ -120,7 +130,7 @@ bool fold_bound(const OpDesc& d, const Tensor* const* constants) {
   if (!constants || !constants[1]) return false;
   const auto& p = d.p<Conv2dParams>();
   if (p.has_bias && !constants[2]) return false;
-  const std::vector<std::size_t> idx = operand_index(p);
+  const OperandIndex idx = operand_index(p);
   for (int s = 0; s < conv_folded_batchnorms(p); ++s)
     for (std::size_t o = 0; o < 4; ++o)
       if (!constants[idx[static_cast<std::size_t>(s)] + o]) return false;
@@ -133,7 +143,7 @@ bool fold_bound(const OpDesc& d, const Tensor* const* constants) {
 // folding costs no pass over the weights. `in` are the desc's inputs (x unused).
 void fold_scales(const OpDesc& d, i64 K, const Tensor* const* in, float* sc, float* bi) {
   const auto& p = d.p<Conv2dParams>();
-  const std::vector<std::size_t> idx = operand_index(p);
+  const OperandIndex idx = operand_index(p);
   const int nfold = conv_folded_batchnorms(p);
   const float* bias = p.has_bias ? in[2]->data() : nullptr;
   for (i64 k = 0; k < K; ++k) {
@@ -169,7 +179,7 @@ ChainEpilogue make_epilogue(const OpDesc& d, const Geom& g, const Tensor* const*
                             float* ws, ConvView view) {
   const bool channel_rows = view == ConvView::channel_rows;
   const auto& p = d.p<Conv2dParams>();
-  const std::vector<std::size_t> idx = operand_index(p);
+  const OperandIndex idx = operand_index(p);
   ChainEpilogue epi;
   for (std::size_t s = static_cast<std::size_t>(conv_folded_batchnorms(p)); s < p.post_ops.size(); ++s) {
     const PostOp& op = p.post_ops[s];
@@ -216,7 +226,7 @@ std::vector<Floats> bound_mults(const OpDesc& d, const Tensor* const* constants)
   const auto& p = d.p<Conv2dParams>();
   std::vector<Floats> r(p.post_ops.size());
   if (!constants) return r;
-  const std::vector<std::size_t> idx = operand_index(p);
+  const OperandIndex idx = operand_index(p);
   const i64 K = d.inputs[1].shape[0];
   for (std::size_t s = static_cast<std::size_t>(conv_folded_batchnorms(p)); s < p.post_ops.size(); ++s) {
     if (p.post_ops[s].kind != PostOp::Kind::batchnorm || !constants[idx[s]] || !constants[idx[s] + 3]) continue;
@@ -592,7 +602,7 @@ void Conv1x1::operator()(Arch, const KernelArgs& args) const {
   sg.bias_cs = 0;
   sg.nc_cap = conv1x1_nc_cap<Arch>(g);
   const auto& p = d.p<Conv2dParams>();
-  const std::vector<std::size_t> idx = operand_index(p);
+  const OperandIndex idx = operand_index(p);
   for (i64 n = 0; n < g.N; ++n) {
     ChainEpilogue e = epi;
     for (int s = 0; s < e.n; ++s)
@@ -668,7 +678,7 @@ void ConvDirect::operator()(Arch, const KernelArgs& args) const {
   i64 image_stride[kEpiMaxSteps] = {};
   {
     const auto& p = d.p<Conv2dParams>();
-    const std::vector<std::size_t> idx = operand_index(p);
+    const OperandIndex idx = operand_index(p);
     const std::size_t f = static_cast<std::size_t>(conv_folded_batchnorms(p));
     for (int s = 0; s < epi.n; ++s)
       if (epi.steps[s].kind == PostOp::Kind::binary)

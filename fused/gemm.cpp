@@ -17,6 +17,7 @@
 //
 // MEASURED
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -77,12 +78,14 @@ void bn_mult(const float* scale, const float* var, float eps, int64_t n, float* 
 }
 
 // Index of the first operand of each post-op step (after a, b, [bias]).
-std::vector<std::size_t> operand_index(const GemmParams& p) {
-  std::vector<std::size_t> r;
+// A fixed array: execute allocates nothing (supports() caps the chain at kEpiMaxSteps).
+using OperandIndex = std::array<std::size_t, kEpiMaxSteps>;
+OperandIndex operand_index(const GemmParams& p) {
+  OperandIndex r{};
   std::size_t idx = p.has_bias ? 3 : 2;
-  for (const PostOp& op : p.post_ops) {
-    r.push_back(idx);
-    idx += static_cast<std::size_t>(post_op_operands(op));
+  for (std::size_t s = 0; s < p.post_ops.size() && s < r.size(); ++s) {
+    r[s] = idx;
+    idx += static_cast<std::size_t>(post_op_operands(p.post_ops[s]));
   }
   return r;
 }
@@ -128,7 +131,7 @@ Status Gemm::prepare(Arch, const OpDesc& desc, const Context&, const Tensor* con
     st->packed_b = alloc_floats(packed_b_size<Arch>(s.n, s.k));
     pack_b<Arch>(b.data(), b.strides()[0], p.trans_b, s.n, s.k, st->packed_b.get());
   }
-  const std::vector<std::size_t> idx = operand_index(p);
+  const OperandIndex idx = operand_index(p);
   st->bn_mult.resize(p.post_ops.size());
   for (std::size_t i = 0; i < p.post_ops.size(); ++i) {
     const PostOp& op = p.post_ops[i];
@@ -179,7 +182,7 @@ void Gemm::operator()(Arch, const KernelArgs& args) const {
   // The chain as the micro-kernel's epilogue. Batchnorm operands are (N): one per column.
   float* ws = args.workspace + sgemm_workspace<Arch>(s.m, s.n, s.k, gemm_max_threads());
   ws += (16 - reinterpret_cast<std::uintptr_t>(ws) / sizeof(float) % 16) % 16;
-  const std::vector<std::size_t> idx = operand_index(p);
+  const OperandIndex idx = operand_index(p);
   ChainEpilogue epi;
   for (std::size_t i = 0; i < p.post_ops.size(); ++i) {
     const PostOp& op = p.post_ops[i];

@@ -19,16 +19,31 @@
 //
 // Cache blocking (gemm_kernel.hpp, gemm_blocking()), from the cache sizes read at run time
 // (sysfs, then sysconf, then defaults; this VM: L1d 32 KiB, L2 1 MiB, L3 32 MiB):
-//   KC: the kc x nr B micro-panel is reused by every A micro-panel of the block, so it must stay
-//       in L1 while the mr x kc A micro-panels stream through (prefetched 8 k steps ahead):
-//       kc = L1 / (4 * nr), a multiple of 8  ->  256 for 14x32. The stricter rule "A and B
-//       micro-panels both fit in 3/4 of L1" gives 128 and measured ~5% slower at 1024^3.
-//       K is split into ceil(K / KC) near-equal blocks (K = 257 is 2 x 132, not 256 + 1).
+//   KC: deep. The micro-kernel streams both micro-panels from L2 (the A micro-panel prefetched
+//       8 k steps ahead, the kc x nr B micro-panel by the hardware prefetcher): at kc = 256 the
+//       B micro-panel alone is the whole 32 KiB L1, so keeping it there was never the real
+//       regime. What each k block does cost is per C tile - zeroing, a load and a store of C
+//       after the first block, the FMA pipeline's fill and drain - so fewer, deeper blocks win:
+//       kc = L2 / 2 / (4 * 128) (half of L2 still holds a 128-row A block), clamped to
+//       [256, 1024] -> 1024. 1024^3, t1 (thread CPU time, min of 12): kc 256: 94, 512: 98,
+//       1024: 100-102 GFLOP/s. K is split into ceil(K / KC) near-equal blocks.
 //   MC: the packed mc x kc A block stays in half of L2 while every B micro-panel passes it:
-//       mc = 0.5 * L2 / (4 * kc), a multiple of mr  ->  504. A thread's rows are cut into
-//       near-equal blocks, and a block into near-equal row tiles (128 rows: 8 x 13 + 2 x 12).
+//       mc = 0.5 * L2 / (4 * kc), a multiple of mr -> 126. A thread's rows are cut into
+//       ceil(rows / mr) near-equal row tiles (1024 rows: 74 tiles of 13 or 14 rows), grouped
+//       into near-equal blocks of at most MC rows: exact MC blocks left a 16-row block of two
+//       8-row tiles, and near-equal blocks regardless of tiles 12-row tiles; both run at a lower
+//       FMA rate (perf).
 //   NC: the packed kc x nc B block stays in half of L3: nc = 0.5 * L3 / (4 * kc), a multiple
-//       of nr, at most 16384  ->  16384 (every N here is one block).
+//       of nr, at most 16384 -> 4096.
+// B read in place: when every thread's rows fit in one A block in half of L2 (M <= 128 rows at
+//   kc = 1024 here), each element of B is used by that single block, so packing B would copy
+//   it once in order to read it once. The micro-kernel then reads b's rows where they are
+//   (row step ldb, prefetched 16 k steps ahead), with no B buffer and no barriers; only a
+//   right-edge panel narrower than nr is packed (zero-padded). 128x3072x768+bias+gelu, t1:
+//   7.6 -> 6.5 ms (packing B, 9 MiB, had been ~15% of the call).
+// A packing on AVX-512: 16 k steps of a tile's rows are loaded as 16 vectors and transposed in
+//   registers (unpacks, then 128-bit lane shuffles) instead of moved one float at a time:
+//   1024^3, perf: 4.6% -> 1.6% of the time.
 // Threads (OpenMP, args.threads through team_size()): a tm x tn grid over the rows and the
 // columns of each nc block minimizing rows/tm + cols/tn, ties splitting the columns. With one
 // row of threads (tm == 1) every thread packs exactly the B panels it multiplies and runs with
@@ -36,13 +51,16 @@
 // per k block); with tm > 1 the team packs each B block together between two barriers.
 // Measured on the way: the A rows (short 1 KiB streams the hardware prefetcher misses) were 80%
 // of the packing time until the next tile's rows were prefetched (1024^3, KC 128: ~90 -> ~98);
-// the C tile is prefetched into L2, and into L1 only 32 k steps before its store, since with
-// ldc = 1024 its 14 rows share two L1 sets.
+// a C tile that is read is prefetched into L2, and into L1 only 32 k steps before its store,
+// since with ldc = 1024 its 14 rows share two L1 sets; on the last k block the next tile's C
+// lines are prefetched one tile ahead with write intent (a fresh C otherwise makes every store
+// wait for a read for ownership).
 //
 // Prepare / execute: if b (the weights) is bound as a constant at prepare, all of op(b) is
 // packed once into the prepared state and execute skips B packing and its barriers; otherwise
-// B blocks are packed at execute into the workspace. A blocks are always packed at execute,
-// into per-thread slices of the workspace. Execute allocates nothing.
+// B blocks are packed at execute into the workspace (or B is read in place, above). A blocks
+// are always packed at execute, into per-thread slices of the workspace. Execute allocates
+// nothing.
 //
 // Measured (opfuse-bench, GFLOP/s, median of 3, one run on the 2-core Zen 5 VM while idle;
 // AVX-512 FMA peak ~117 per core; b is not bound at prepare, so B packing is included):
@@ -51,7 +69,7 @@
 //   128x3072x768 +bias+gelu        10.7  |  92.9  178.2  |   97.8  203.5  |   47.6   64.5
 //   128x768x3072 +bias             13.3  |  97.4  179.9  |  110.1  212.6  |   98.6  117.5
 // The micro-kernel alone (L1-resident panels) runs at 117 GFLOP/s, the FMA peak; at 1024^3 it
-// is ~93% of the time and A/B packing ~4.5%.
+// is ~95% of the time, packing A 1.6% and packing B 2.3% (perf, t1).
 #include <cassert>
 #include <cmath>
 #include <cstdint>
