@@ -56,6 +56,9 @@ constexpr std::size_t u(int d) { return static_cast<std::size_t>(d); }
 
 // Outputs of at least this many bytes are stored non-temporally (they cannot stay in cache).
 constexpr i64 kStreamBytes = 16 << 20;
+// Operands moving this much in total do not fit the last-level cache (32 MiB on the Zen 4 this
+// was tuned on): the norms stream then too.
+constexpr i64 kLlcBytes = 32 << 20;
 // Row buffer on the stack (floats): a row this long stays in L1 between the passes.
 constexpr i64 kRowBuf = 4096;
 
@@ -202,43 +205,56 @@ void fill_row(float* y, i64 n, float fill) {
   for (; j < n; ++j) y[j] = fill;
 }
 
-// One contiguous row of up to kRowBuf floats: z into buf (the only read of x and mask) and the
-// max; exp(z - max) in buf and the sum; y = buf / sum (non-temporal with `stream`; `next` and
-// `next_m`, the next row's x and mask or null, prefetched meanwhile).
+// One contiguous row of up to kRowBuf floats, three passes over L1: the max of z; e = exp(z -
+// max) into buf and the sum; y = e / sum, y's only write (non-temporal with `stream`; `next`
+// and `next_m`, the next row's x and mask or null, prefetched meanwhile). With a mask, pass 1
+// also keeps z in buf, so the mask is read once; without one, pass 2 forms z again from x in
+// L1 (one multiply, cheaper than a store pass).
 template <class Arch, bool kScaled, bool kMasked>
 void row_buffered(const Z<Arch, kScaled, kMasked>& z, float* y, i64 n, float* buf, bool stream, const float* next,
                   const float* next_m) {
   using B = fbatch<Arch>;
   constexpr i64 W = B::size;
-  // Pass 1 - z into buf, the max. NaN may or may not survive vmax; the sum catches it.
+  // Pass 1 - the max (and z into buf with a mask). NaN may or may not survive vmax; the sum
+  // catches it.
   B m0(-kInf), m1(-kInf);
   i64 j = 0;
   for (; j + 2 * W <= n; j += 2 * W) {
     const B v0 = z(j), v1 = z(j + W);
-    v0.store_aligned(buf + j);
-    v1.store_aligned(buf + j + W);
+    if constexpr (kMasked) {
+      v0.store_aligned(buf + j);
+      v1.store_aligned(buf + j + W);
+    }
     m0 = vmax<Arch>(m0, v0);
     m1 = vmax<Arch>(m1, v1);
   }
   if (j + W <= n) {
     const B v = z(j);
-    v.store_aligned(buf + j);
+    if constexpr (kMasked) v.store_aligned(buf + j);
     m0 = vmax<Arch>(m0, v);
     j += W;
   }
   float mx = simd::hmax<Arch>(vmax<Arch>(m0, m1));
   for (; j < n; ++j) {
-    buf[j] = z.at(j);
-    if (buf[j] > mx) mx = buf[j];
+    const float v = z.at(j);
+    if constexpr (kMasked) buf[j] = v;
+    if (v > mx) mx = v;
   }
+  auto zb = [&](i64 k) {
+    if constexpr (kMasked)
+      return B::load_aligned(buf + k);
+    else
+      return z(k);
+  };
+  auto zbs = [&](i64 k) { return kMasked ? buf[k] : z.at(k); };
   // Every z is -inf (fully masked: 0) or NaN (NaN).
   if (mx == -kInf) {
     bool nan = false;
-    for (j = 0; j < n; ++j) nan = nan || std::isnan(buf[j]);
+    for (j = 0; j < n; ++j) nan = nan || std::isnan(zbs(j));
     fill_row<Arch>(y, n, nan ? kNaN : 0.f);
     return;
   }
-  // Pass 2 - e = exp(z - max) in place, and the sum (NaN for a NaN z or a +inf max).
+  // Pass 2 - e = exp(z - max) into buf, and the sum (NaN for a NaN z or a +inf max).
   const B vm(mx);
   B s0(0.f), s1(0.f);
   for (j = 0; j + 2 * W <= n; j += 2 * W) {
@@ -246,21 +262,21 @@ void row_buffered(const Z<Arch, kScaled, kMasked>& z, float* y, i64 n, float* bu
     prefetch_line<Arch>(next, j + W);
     prefetch_line<Arch>(next_m, j);
     prefetch_line<Arch>(next_m, j + W);
-    const B e0 = expn<Arch>(B::load_aligned(buf + j) - vm), e1 = expn<Arch>(B::load_aligned(buf + j + W) - vm);
+    const B e0 = expn<Arch>(zb(j) - vm), e1 = expn<Arch>(zb(j + W) - vm);
     e0.store_aligned(buf + j);
     e1.store_aligned(buf + j + W);
     s0 += e0;
     s1 += e1;
   }
   if (j + W <= n) {
-    const B e = expn<Arch>(B::load_aligned(buf + j) - vm);
+    const B e = expn<Arch>(zb(j) - vm);
     e.store_aligned(buf + j);
     s0 += e;
     j += W;
   }
   float sum = xsimd::hadd(s0 + s1);
   for (; j < n; ++j) {
-    buf[j] = expn<Arch>(B(buf[j] - mx)).get(0);
+    buf[j] = expn<Arch>(B(zbs(j) - mx)).get(0);
     sum += buf[j];
   }
   if (std::isnan(sum)) {
@@ -593,7 +609,15 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
   // simd::norm_supports(): R contiguous rows of n floats, the same row order in x, y, residual
   // and sum, a row's element order that of scale and bias.
   const i64 rows = shape.numel() / n;
-  const bool stream = args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes);
+  // Streaming (non-temporal y and sum, next rows prefetched) when y alone is large or when the
+  // op's operands together exceed the last-level cache: then y cannot stay cached for a consumer.
+  std::size_t moved = args.in[0]->bytes() + args.out[0]->bytes();
+  if (rp) moved += args.in[has_bias ? 3 : 2]->bytes() + (sp ? args.out[1]->bytes() : 0);
+  const bool stream =
+      args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes) || moved >= static_cast<std::size_t>(kLlcBytes);
+  // Prefetch distance: the row 2048 floats (8 KB) ahead, at least the next one, so short rows
+  // still give DRAM enough lead.
+  const i64 pfr = (2048 + n - 1) / n;
   // Where s = x + residual lives between the passes: the stack row buffer (streaming, so y
   // and sum can be written non-temporally), else the sum output or y itself (plain stores; the
   // normalize pass reads it back from L1 and overwrites y in place).
@@ -611,8 +635,9 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
       const RowStats st = stats_pass<Arch>(layer, x, res, keep, keep == sum ? nullptr : sum, stream, n, p.epsilon);
       // Pass 2 - normalize from L1; the next rows of x and residual prefetched when streaming.
       const float* s = keep ? keep : x;
-      const bool more = stream && r + 1 < re;
-      normalize_row<Arch>(layer, s, gp, bp, y, n, st, stream, more ? x + n : nullptr, more && res ? res + n : nullptr);
+      const bool more = stream && r + pfr < re;
+      normalize_row<Arch>(layer, s, gp, bp, y, n, st, stream, more ? x + pfr * n : nullptr,
+                          more && res ? res + pfr * n : nullptr);
     }
     if (stream) _mm_sfence();  // order the non-temporal stores before the threads join
   });

@@ -541,14 +541,17 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
     s = st;
   }
 
+  // Streaming when y is large. (Not by the operands' total, as fused does: with a residual, y
+  // holds s from pass 0, and non-temporal stores over those dirty cached lines measured slower.)
   const bool stream = args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes);
+  const std::int64_t pfr = (2048 + n - 1) / n;  // prefetch the row >= 2048 floats ahead
   parallel_for(rows, args.threads, n >= 4096 ? 1 : 4096 / n, [&](std::int64_t rb, std::int64_t re) {
     for (std::int64_t r = rb; r < re; ++r) {
       const float* row = s + r * n;
       // Pass 1 - the row statistics (layernorm: mean and variance; rmsnorm: mean square).
       const RowStats st = row_stats<Arch>(layer, row, n, p.epsilon);
       // Pass 2 - normalize from L1. Streaming: non-temporal stores, the next row prefetched.
-      const float* next = stream && r + 1 < re ? row + n : nullptr;
+      const float* next = stream && r + pfr < re ? row + pfr * n : nullptr;
       normalize_row<Arch>(layer, row, gp, bp, yp + r * n, n, st, stream, next, nullptr);
     }
     if (stream) _mm_sfence();  // order the non-temporal stores before the threads join
