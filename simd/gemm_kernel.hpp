@@ -673,7 +673,7 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
       const auto [b0, b1] = split(M, tm, r, mr);
       most = std::max(most, b1 - b0);
     }
-    bool in_place = !g.packed_b && !g.trans_b && most <= gemm_in_place_rows<Arch>(ks);
+    const bool in_place = !g.packed_b && !g.trans_b && most <= gemm_in_place_rows<Arch>(ks);
     // This thread's rows as ceil(rows / mr) near-equal row tiles (1024 rows: 74 tiles of 13 or 14
     // rows), grouped into near-equal blocks of at most MC rows (9 blocks of 8 or 9 tiles), or
     // into one block when B is read in place. Blocks of exactly MC rows would leave a 16-row
