@@ -27,11 +27,35 @@
 //                          through 0 * NaN.
 //          O = O^T / l, transposed back once per query tile (0 for a query with l = 0: no
 //          visible key or only -inf scores; NaN scores propagate through P and l).
-//        exp is vmath::exp_nonpositive (every argument is <= 0). Extra memory is the per-thread scratch
-//        (attention_scratch in fused/shared/attention_supports.cpp): (D + Bk + Dv + 3) x Bq floats per thread.
+//        exp is vmath::exp_nonpositive (every argument is <= 0).
+//        Tiles (flash_tile in fused/attention.hpp): AVX-512 Bq = 64 (4 zmm of query lanes),
+//        Bk = 72, register tiles 6 keys x 64 queries (QK^T) and 4 columns of v x 64 queries (PV):
+//        D = Dv = 64 and S = 128 / 512 / 2048 leave no tile tails (measured against 48 x 64
+//        tiles with 8-row register tiles: s128 -9%, s512 -2%). AVX2 16 x 128 (6-row tiles),
+//        SSE2 8 x 128 (4-row tiles).
 //
-// Measured (opfuse-bench, t1, medians of 3 in one run, 2-core Zen 5 under shared load):
-//   MEASURED
+// Extra memory: the per-thread scratch and nothing else - attention_extra_bytes(desc, isa,
+//   threads) in fused/shared/attention_supports.cpp, (D + Bk + Dv + 3) x Bq floats per thread.
+//   b1_h12_s2048_d64 on AVX-512: 51,968 bytes per thread (103,936 at t2), against the
+//   201,326,592 bytes (B * H * S * S * 4) of its score matrix: 0.026% (0.052% at t2). (The simd
+//   kernel holds one head's Sq x Skv matrix per thread: 16.8 MB per thread here.)
+//
+// Measured (opfuse-bench --threads 1, medians of 3 repetitions, the median of 3 such runs; a
+// 2-vCPU AMD EPYC VM shared with other builds at load 3-5, so CPU time is quoted, wall time in
+// brackets; the bench's roofline probe: 117 GFLOP/s fp32 FMA peak at 1 thread, 115 at 2):
+//   b1_h12_s2048_d64  fused 129 ms (192)  simd 158 ms (236)  oneDNN 160 ms (240)
+//                     fused / simd: 1.30, 1.22, 1.22 in the three runs (wall 1.30, 1.31, 1.23);
+//                     quiet min of 8 runs: fused 128 ms, simd 154 ms (1.20x).
+//   b1_h12_s512_d64   fused 8.62 ms  simd 9.58 ms  oneDNN 10.6 ms   (fused / simd 1.11x)
+//     +causal         fused 5.73 ms  simd 6.20 ms  oneDNN 11.2 ms
+//   b1_h12_s128_d64   fused 571 us   simd 656 us   oneDNN 576 us
+//   b1_h12_s4096_d64 (own harness, min of 2): fused 757 ms, simd 1040 ms (1.37x): a head's score
+//     matrix (64 MiB) no longer fits the 32 MiB L3.
+// Why not more at s2048: the fused kernel runs 13.1 GFLOP in 128 ms, 103 GFLOP/s = 88% of the
+// FMA peak; perf puts 44% of the time in the QK^T tile and 42% in the PV tile (both at the FMA
+// roof) and 10% in the softmax exps, so ~112 ms (all FMAs at peak, no exp) bounds any kernel.
+// The unfused simd pays its three trips through L3 (the 16 MiB matrix of a head fits the 32 MiB
+// L3) on top of the same FMAs at ~72% of peak: ~25-30 ms, which is all that fusion can win here.
 #include <algorithm>
 #include <cassert>
 #include <cmath>

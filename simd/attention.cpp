@@ -23,14 +23,18 @@
 //        weights into it, and 0 * NaN is NaN.
 //        Rules as in naive: a query with no visible key (or only -inf scores) gets 0, a NaN
 //        score makes its query row NaN.
-//        Measured (t1, medians of 3, bench/cases.cpp shapes; see the report for the run):
-//        b1_h12_s128_d64 and b1_h12_s512_d64 - see "measured" at the end of this comment.
 // fused: flash attention (fused/attention.cpp) - K/V streamed in tiles, running max / sum and
-//        the O tile kept in L1, the score matrix never written to memory.
+//        the O^T tile kept in L1, the score matrix never written to memory.
 //
-// measured (opfuse-bench, t1, medians of 3, one run, 2-core Zen 5):
-//   attention/simd vs attention/onednn: s128 MEASURE_S128, s512 MEASURE_S512.
-
+// Measured (opfuse-bench --threads 1, medians of 3 repetitions, the median of 3 such runs, CPU
+// time on a shared 2-vCPU AMD EPYC VM; see fused/attention.cpp for the setup):
+//   b1_h12_s128_d64   simd 656 us   oneDNN 576 us  (simd / oneDNN time 1.11, 1.20, 1.14)
+//   b1_h12_s512_d64   simd 9.58 ms  oneDNN 10.6 ms (0.88, 0.98, 0.90)
+//     +causal         simd 6.20 ms  oneDNN 11.2 ms (oneDNN adds a -inf mask and computes all)
+//   b1_h12_s2048_d64  simd 158 ms   oneDNN 160 ms
+//   (Issue 3 put the previous kernel, 4 query rows with their own FMA dot products, at ~1.5x
+//   oneDNN's time.) At s128 ~73% of the time is the GEMM micro-kernel, ~12% packing (K^T is
+//   transposed by scalar copies, Q by register transposes) and ~12% the softmax pass.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
