@@ -5,7 +5,8 @@
 // simd:  rows are split across OpenMP threads and every pass is an xsimd loop with a scalar
 //        tail, accumulating in float vectors (the tolerance allows the reassociation).
 //        softmax: when the axis is the contiguous memory dim, a row is a vector stream and gets
-//          three passes - max, exp(z - max) stored into y while summing, scale by 1/sum - with
+//          three passes - max, exp(z - max) stored into y (an L1 row buffer when y streams)
+//          while summing, scale by 1/sum - with
 //          z = scale * x + mask formed in registers in passes 1 and 2. Passes 2 and 3 of a row
 //          of a few thousand floats hit L1, so DRAM sees x read once and y written once. A NaN
 //          or +inf anywhere turns the sum into NaN (checked once per row instead of a NaN flag
@@ -25,7 +26,13 @@
 //          recomputed around the mean from L1, so |mean| >> std stays as exact as two-pass.
 //        Large tensors (y >= 16 MiB) stream: y is written with non-temporal stores (no
 //          read-for-ownership, no eviction of the row being worked on) and the next row is
-//          prefetched during the passes that run from L1, so DRAM stays busy while they compute.
+//          prefetched into L2 (prefetcht1: into L1 it evicted the row being worked on and
+//          measured ~20% slower) during the passes that run from L1, so DRAM stays busy while
+//          they compute. Measured on the 64 MiB cases (one thread): fused/norm.cpp's header.
+//          (Tried and dropped: software-pipelining rows - the next row's max or statistics pass
+//          merged into this row's store pass - measured slower than these per-row passes on
+//          this Zen 4: more rows live in L1 at once; and softmax without its exp at all ran
+//          only ~5% faster, so the 64 MiB softmax is bound by its memory passes, not by exp.)
 // fused: (fused/norm.cpp) keeps the row in L1/registers: scale and mask applied in the max and
 //        exp passes with one read of x and mask; add & norm with one read of x and residual.
 

@@ -108,8 +108,14 @@ inline fbatch<Arch> exp(fbatch<Arch> x) {
 //              AVX2 / SSE2: 2^n from exponent bits, valid while 2^n is normal, so results below
 //              FLT_MIN (x < -87.34) are flushed to 0 (an absolute error < 1.2e-38).
 // -inf gives 0, NaN gives NaN; x > 0 is outside the contract (AVX2 / SSE2 return garbage for
-// x > 88). Max error, measured by tests/test_vmath.cpp (VmathAccuracy.ExpNonpositive, every
-// float in [-104, 0] on each ISA): see kExpNonpositiveMaxUlp in simd/norm.hpp.
+// x > 88). Max error over every float in [-104, 0] (tests/test_vmath.cpp,
+// VmathAccuracy.ExpNonpositive with OPFUSE_LONG_TESTS=1; the fast test samples every 61st and
+// asserts kExpNonpositiveMaxUlp = 2.5 from simd/norm.hpp):
+//   AVX-512  1.95 ulp   results < FLT_MIN: abs error <= 1.35 x 2^-149 (rounded denormals)
+//   AVX2     1.95 ulp   results < FLT_MIN: flushed to 0 (abs error < 2^-126)
+//   SSE2     2.12 ulp   (no FMA: Horner's multiply and add round separately); as AVX2 below FLT_MIN
+// Softmax's tolerance (src/check/compare.cpp) is ~2 eps (sqrt(L) + 2|scale| + 2) relative, so
+// two ulp more than exp's 1.26 cost nothing measurable there.
 template <class Arch>
 inline fbatch<Arch> exp_nonpositive(fbatch<Arch> x) {
   using B = fbatch<Arch>;
