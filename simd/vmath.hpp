@@ -18,8 +18,13 @@
 //   tanh     1.36 ulp (bound 2)
 //   erf      1.06 ulp (bound 2)   tiny results (denormal x): <= 0.51 x 2^-149
 //   sigmoid  2.64 ulp (bound 3)   results < FLT_MIN (x < -87.3): <= 0.78 x 2^-149
+//   gelu_erf 8.33 ulp (bound 9)   results < FLT_MIN (x < -13.1): <= 3.5 x 2^-149 (AVX2 / SSE2
+//                                 flush them to 0: <= 2^-126); SSE2 8.59 ulp
+//            (the old 0.5 x (1 + erf(x / sqrt 2)) form was within 2 ulp for x >= 0 but lost all
+//            relative accuracy for x < -3, where 1 + erf cancels - millions of ulp at x = -5)
 // Overflow, underflow, +-inf and NaN: 0 mismatches. SSE2 has no FMA (xsimd::fma is a multiply and
-// an add there), which the sampled test shows costs at most ~0.2 ulp more.
+// an add there), which costs at most ~0.3 ulp more (exhaustive on all three ISAs:
+// reports/vmath_accuracy.md).
 //
 // Everything lives in the ISA's inline namespace (see simd/common.hpp): each of the three
 // compilations of a simd/*.cpp gets its own copy.
@@ -204,13 +209,54 @@ inline fbatch<Arch> erf(fbatch<Arch> x) {
   return copysign_of(xsimd::select(a < B(1.f), small, large), x);  // NaN: a < 1 is false, large is NaN
 }
 
-// The compositions used by the activations; the operation order mirrors naive/common.cpp so
-// that the only difference to the reference is the vector exp/tanh/erf (and x * sigmoid(x) in
-// place of x / (1 + e^-x), which agrees including silu(-inf) = NaN).
+// The compositions used by the activations; silu's and gelu_tanh's operation order mirrors
+// naive/common.cpp so that the only difference to the reference is the vector exp/tanh (and
+// x * sigmoid(x) in place of x / (1 + e^-x), which agrees including silu(-inf) = NaN).
+//
+// gelu_erf(x) = x Phi(x), Phi the normal CDF, is NOT computed as naive's 0.5 x (1 + erf(x/sqrt 2)):
+// for x < 0 that sum cancels (1 + erf(-2.1) = 0.0027 keeps only the few bits of erf's last ulp,
+// ~370 ulp of the result at x = -3), and erf's two branches cost ~55 vector operations. Instead,
+// with u = |x| and the upper tail h = Phi(-u) = e^(-u^2/2) S(u):
+//   x < 0:  gelu = x h         (no cancellation: h is computed to a few ulp, down to FLT_MIN)
+//   x >= 0: gelu = x (1 - h)   (h <= 0.5, so 1 - h >= 0.5 loses nothing)
+// S(u) = Phi(-u) e^(u^2/2) (= erfcx(u / sqrt 2) / 2, Mills' ratio / sqrt(2 pi)) is smooth,
+// positive and ~1 / (u sqrt(2 pi)) for large u, so one rational function covers all of
+// [0, 14.5]: P4(u) / Q5(u), a weighted least-squares fit refined by Lawson iterations to a
+// relative error of 6e-9 (0.1 ulp) in exact arithmetic; every coefficient is positive, so
+// Horner's rule on u >= 0 never cancels. Beyond 14.5, e^(-u^2/2) < e^-105 is 0 in fp32 and u is
+// clamped there (u^2 must not overflow). u^2 is split exactly into q + lo (an FMA; SSE2:
+// Dekker's product) and e^(-u^2/2) = e^(-q/2) (1 - lo/2), because the rounding of u^2 alone
+// would scale e^(-u^2/2)'s relative error by u^2 / 2 (~85 at u = 13). e^(-q/2) is
+// exp_nonpositive, so ~34 vector operations in all (one division, on its own unit).
+// Specials follow naive: gelu(+inf) = +inf, gelu(-inf) = -inf * 0 = NaN, NaN -> NaN.
+// Max error: see the table at the top of this file (measured exhaustively).
 template <class Arch>
 inline fbatch<Arch> gelu_erf(fbatch<Arch> x) {
   using B = fbatch<Arch>;
-  return B(0.5f) * x * (B(1.f) + erf<Arch>(x * B(0.70710678118654752f)));
+  static constexpr float P[] = {0x1p-1f, 0x1.c0bb62p-2f, 0x1.77233cp-3f, 0x1.4cbp-5f, 0x1.0d8932p-8f};
+  static constexpr float Q[] = {1.f, 0x1.ac9fe2p+0f, 0x1.33c6aep+0f, 0x1.e0917ap-2f, 0x1.a0fd08p-4f, 0x1.51cf2cp-7f};
+  const B a = xsimd::abs(x);
+  const B u = xsimd::select(a > B(14.5f), B(14.5f), a);  // NaN stays NaN
+  const B q = u * u;
+  B lo;
+  if constexpr (std::is_same_v<Arch, xsimd::sse2>) {
+    // No FMA: Dekker's exact product, u split into two 12-bit halves uh + ul.
+    const B c = u * B(4097.f);
+    const B uh = c - (c - u);
+    const B ul = u - uh;
+    lo = ((uh * uh - q) + B(2.f) * uh * ul) + ul * ul;
+  } else if constexpr (std::is_same_v<Arch, xsimd::avx512f>) {
+    // xsimd 8 has no AVX-512 fms: its generic x * y - z would be folded to q - q = 0.
+    lo = _mm512_fmsub_ps(u, u, q);  // u * u - q, exact
+  } else {
+    lo = xsimd::fms(u, u, q);  // fma3<avx2>: one vfmsub, exact
+  }
+  const B e = exp_nonpositive<Arch>(B(-0.5f) * q);
+  const B tail = xsimd::fnma(e * B(0.5f), lo, e);  // e^(-u^2/2) = e^(-q/2) e^(-lo/2), |lo| <= 2^-24 q
+  const B s = horner<Arch>(u, P) / horner<Arch>(u, Q);
+  const B neg = (x * s) * tail;  // x s first: (x s) is normal whenever the result is
+  const B pos = x * (B(1.f) - tail * s);
+  return xsimd::select(x < B(0.f), neg, pos);
 }
 
 template <class Arch>
