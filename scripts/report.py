@@ -397,6 +397,88 @@ def op_section(run, op, cases, charts):
     return out
 
 
+# The speed targets of the stage issues (the tracker's simd and fused stage issues), checked
+# against this run. Only the specs live here - op, impls, case, threads and the threshold; every
+# measured value comes from the JSON. "ratio": the reference's time / the subject's time;
+# "bandwidth": the subject's GB/s as a share of this run's measured single-thread STREAM triad;
+# "traffic": the fusion model's share of memory traffic removed (the traffic_saved_pct counter),
+# a target only where the pattern is memory-bound (the op's AI below the AVX-512 ridge point).
+TARGETS = [
+    ("simd", "ratio", "gemm", "simd", "onednn", "1024x1024x1024", 1, 1, 0.9),
+    ("simd", "ratio", "gemm", "simd", "eigen", "1024x1024x1024", 1, 1, 1.0),
+    ("simd", "ratio", "conv2d", "simd", "onednn", "n1_c64_h56_w56_k64_r3_s1_p1", 1, 1, 0.8),
+    ("simd", "ratio", "gemm", "simd", "simd", "1024x1024x1024", 2, 1, 1.8),
+    ("simd", "ratio", "conv2d", "simd", "simd", "n1_c64_h56_w56_k64_r3_s1_p1", 2, 1, 1.8),
+    ("simd", "bandwidth", "relu", "simd", None, "n16777216", 1, None, 0.8),
+    ("simd", "bandwidth", "add", "simd", None, "n16777216", 1, None, 0.8),
+    ("simd", "bandwidth", "batchnorm", "simd", None, "n1_c64_h512_w512", 1, None, 0.8),
+    ("simd", "bandwidth", "softmax", "simd", None, "n4096_c4096", 1, None, 0.8),
+    ("simd", "bandwidth", "layernorm", "simd", None, "n4096_c4096", 1, None, 0.8),
+    ("simd", "bandwidth", "rmsnorm", "simd", None, "n4096_c4096", 1, None, 0.8),
+    ("fused", "ratio", "layernorm", "fused", "simd", "n4096_c768+add", 1, 1, 1.5),
+    ("fused", "ratio", "gemm", "fused", "simd", "128x3072x768+bias+gelu", 1, 1, 1.03),
+    ("fused", "ratio", "gemm", "fused", "onednn", "128x3072x768+bias+gelu", 1, 1, 1.0),
+    ("fused", "ratio", "conv2d", "fused", "simd", "n1_c256_h56_w56_k64_r1_s1_p0+bn+add+relu", 1, 1, 1.15),
+    ("fused", "ratio", "conv2d", "fused", "onednn", "n1_c256_h56_w56_k64_r1_s1_p0+bn+add+relu", 1, 1, 1.0),
+    ("fused", "ratio", "attention", "fused", "simd", "b1_h12_s2048_d64", 1, 1, 1.3),
+    ("fused", "ratio", "inverted_residual", "fused", "simd", "n1_c24_h56_w56_t6+res", 1, 1, 1.5),
+    ("fused", "ratio", "eltwise_chain", "fused", "simd", "n16777216_add_gelu_mul_relu", 1, 1, 2.5),
+    ("fused", "traffic", "layernorm", "fused", None, "n4096_c768+add", 1, None, 60),
+    ("fused", "traffic", "eltwise_chain", "fused", None, "n16777216_add_gelu_mul_relu", 1, None, 60),
+    ("fused", "traffic", "attention", "fused", None, "b1_h12_s2048_d64", 1, None, 60),
+    ("fused", "traffic", "inverted_residual", "fused", None, "n1_c24_h56_w56_t6+res", 1, None, 60),
+    ("fused", "traffic", "conv2d", "fused", None, "n1_c256_h56_w56_k64_r1_s1_p0+bn+add+relu", 1, None, 60),
+    ("fused", "traffic", "conv2d", "fused", None, "n1_c3_h224_w224_k64_r7_s2_p3+bn+relu+maxpool3s2p1", 1, None, 60),
+    ("fused", "traffic", "gemm", "fused", None, "128x3072x768+bias+gelu", 1, None, 60),
+]
+
+
+def targets_section(run):
+    out = ["## Targets\n",
+           "The speed targets of the simd and fused stage issues, measured in this run (ratios of wall times "
+           "inside the run; bandwidth against this run's single-thread STREAM triad). A target whose "
+           "benchmarks this run did not include (a filtered or `--quick` run) says so.\n",
+           "| stage | target | measured | verdict |", "|---|---|---|---|"]
+    triad = run.bandwidth(1)
+    for stage, kind, op, impl, ref, case, threads, ref_threads, thr in TARGETS:
+        r = run.results.get((op, case, threads, impl))
+        if kind == "ratio":
+            b = run.results.get((op, case, ref_threads, ref))
+            if ref == impl:
+                what = f"`{op}/{impl}/{case}`: t{threads} >= {thr}x t{ref_threads}"
+            else:
+                what = f"`{op}/{impl}/{case}/t{threads}` >= {thr}x `{ref}`"
+            if r is None or b is None:
+                out.append(f"| {stage} | {what} | not in this run | - |")
+                continue
+            v = b["time_ns"] / r["time_ns"]
+            out.append(f"| {stage} | {what} | {v:.3f}x ({fmt_time(r['time_ns'])} vs {fmt_time(b['time_ns'])}) | "
+                       f"{'met' if v >= thr else '**missed**'} |")
+        elif kind == "traffic":
+            what = f"`{op}/{impl}/{case}`: modeled traffic removed >= {thr}% where memory-bound"
+            if r is None or r.get("saved") is None:
+                out.append(f"| {stage} | {what} | not in this run | - |")
+                continue
+            ridge = run.ridge("avx512", 1) or run.ridge("avx2", 1)
+            ai = r.get("ai")
+            bound = "memory-bound" if ai is not None and ridge and ai < ridge else "compute-bound"
+            verdict = "met" if r["saved"] >= thr else "**missed**"
+            if bound == "compute-bound":
+                verdict = "n/a (compute-bound)"
+            out.append(f"| {stage} | {what} | {fmt_num(r['saved'])}% removed; AI {fmt_num(ai)} vs ridge "
+                       f"{fmt_num(ridge)}: {bound} | {verdict} |")
+        else:
+            what = f"`{op}/{impl}/{case}/t{threads}` >= {thr:.0%} of STREAM triad"
+            if r is None or r.get("gbs") is None or not triad:
+                out.append(f"| {stage} | {what} | not in this run | - |")
+                continue
+            v = r["gbs"] / triad
+            out.append(f"| {stage} | {what} | {fmt_num(r['gbs'])} GB/s = {v:.0%} of {fmt_num(triad)} | "
+                       f"{'met' if v >= thr else '**missed**'} |")
+    out.append("")
+    return out
+
+
 def render_markdown(run, charts, chart_note):
     ops = run.ops()
     out = ["# opfuse stage-comparison report\n",
@@ -411,6 +493,7 @@ def render_markdown(run, charts, chart_note):
     if chart_note:
         out.append(chart_note + "\n")
     out += glance_section(run, ops)
+    out += targets_section(run)
     out += column_notes(run)
     if run.errors:
         out.append("Benchmarks that reported an error (not in the tables):\n")

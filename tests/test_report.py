@@ -75,12 +75,16 @@ def check_report(c, report_dir, impls_by_op, n_benchmarks):
         return
     with open(md_path) as f:
         md = f.read()
-    for heading in ("## Machine", "## Measured roofline", "## At a glance"):
+    for heading in ("## Machine", "## Measured roofline", "## At a glance", "## Targets"):
         c.expect(heading in md, f"REPORT.md lacks the section {heading!r}")
     c.expect("| CPU |" in md and "| compiler |" in md, "REPORT.md machine table lacks CPU or compiler")
     c.expect("| stream triad |" in md, "REPORT.md lacks the measured bandwidth")
     sections = re.split(r"^## ", md, flags=re.M)
     by_title = {s.split("\n", 1)[0].strip(): s for s in sections}
+    # Every stage-issue target gets a row: a verdict from this run, or "not in this run".
+    targets = re.findall(r"^\| (simd|fused) \| .* \| (met|\*\*missed\*\*|n/a \(compute-bound\)|-) \|$",
+                         by_title.get("Targets", ""), flags=re.M)
+    c.expect(len(targets) >= 20, f"REPORT.md Targets table has {len(targets)} rows, expected >= 20")
     rows = 0
     for op in impls_by_op:
         s = by_title.get(op)
