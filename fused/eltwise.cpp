@@ -11,8 +11,8 @@
 //        ONE loop plan shared by x, y and every operand - y's dims in memory order with every
 //        neighbour merged where all of them are contiguous across it, so same-shaped and scalar
 //        operands give one flat run, a per-channel operand a constant per NCHW plane or a
-//        repeating NHWC row. Execute walks that plan; each run is cut into blocks of U = 2
-//        vectors, and per block a switch-dispatched interpreter applies every step to the U
+//        repeating NHWC row. Execute walks that plan; each run is cut into blocks of U vectors
+//        (AVX-512 4, AVX2 / SSE2 2), and per block a switch-dispatched interpreter applies every step to the U
 //        registers (binary steps load their operand block or splat its value), so the dispatch
 //        is paid once per step per block and the values never leave the registers; y is stored
 //        once, non-temporally for outputs >= 16 MiB. Tails shorter than a vector go through the
@@ -20,18 +20,18 @@
 //        a, b in; y out): 256 MiB instead of the simd stage's 640 MiB.
 //        Threads: flat runs are split in 4096-float chunks, multi-dim plans by outer rows.
 //        y may alias x (allows_inplace): each block is loaded before it is stored.
-// Measured (opfuse-bench, one run, medians of 3, 1 thread, AVX-512, 2-core VM at load ~11, so
-// the process got about 30% of a core; wall / CPU time):
-//   n16777216 add,gelu_erf,mul,relu   simd 94.9 / 31.6 ms   fused 54.2 / 19.1 ms   1.75x / 1.66x
-// Why not the 2.5x the traffic ratio (640 / 256 MiB) promises: gelu_erf is compute-bound. In
-// cache (64K floats) vmath's gelu_erf costs 0.8 ns per element per core, so at 16M elements
-// it is ~13.5 ms of arithmetic that both stages pay, while the fused chain as a whole costs
-// 0.94 ns per element (15.7 ms) - its floor even with infinitely fast memory. The simd stage
-// pays the same 13.5 ms plus the memory passes of add, mul and relu, ~15 ms on the idle machine
-// (reports/REPORT.md: add and relu of 16M floats at t1 took 5.8 and 3.5 ms), so on an idle
-// machine the ratio should tend to (15 + 13.5) / 15.7 ~ 1.8x (an estimate: the machine was never
-// idle while this was written); it can only approach 2.5x where memory, not gelu, dominates. A cheaper erf lifts both
-// stages (e^(-a^2) through vmath::exp_nonpositive measured 0.73 instead of 0.89 ns per element in isolation).
+// Measured (opfuse-bench --benchmark_repetitions=5, medians, 1 thread, AVX-512, the 2-core VM
+// quiet, two runs):
+//   n16777216 add,gelu_erf,mul,relu   simd 24.2 / 25.1 ms   fused 12.4 / 13.0 ms   1.96x / 1.93x
+//   (blocks of U = 2 vectors: fused 14.3 - 15.5 ms; U = 8 spills: 17 - 19 ms)
+// Why not the 2.5x the traffic ratio (640 / 256 MiB) promises: that ratio is only reached when
+// both stages run at the same bandwidth, and the chain is not memory-bound on one core. gelu_erf
+// (vmath.hpp: ~34 vector operations) costs ~0.57 ns per element in cache (gelu/simd/n128_c3072),
+// ~9.5 ms of the 16M elements, which both stages pay in full; the fused chain's other steps add
+// ~1.5 ms of arithmetic, and its 256 MiB need ~9 ms at the ~29 GB/s this core streams (relu).
+// Both overlap imperfectly in the fused pass (12.4 ms). The simd stage pays the same gelu plus
+// three memory-bound passes (add, mul, relu: ~5 + 5 + 4.4 ms). A software prefetch of the input
+// streams (256 - 2048 floats ahead) measured slower than the hardware prefetcher alone.
 #include <cassert>
 #include <cstring>
 #include <type_traits>
@@ -145,12 +145,12 @@ template <class Arch, int U>
   }
 }
 
-// Vectors per block: two independent dependency chains through the polynomial steps, as in the
-// simd unary loop. Measured in cache (64K floats, the bench chain, AVX-512): U = 2 0.0614 ms,
-// U = 4 0.0624 ms (more chains buy nothing: the erf polynomial is throughput-bound, and four
-// blocks of temporaries spill on AVX2's 16 registers).
+// Vectors per block: U independent dependency chains through the polynomial steps, as in the
+// simd unary loop. AVX-512: 4 (out of cache, the bench chain: U = 2 14.3 - 15.5 ms, U = 4
+// 12.4 - 13.0 ms, U = 8 spills: 17 - 19 ms; more loads in flight per block); AVX2 / SSE2: 2 (four
+// blocks of temporaries spill on their 16 registers).
 template <class Arch>
-constexpr int kUnroll = 2;
+constexpr int kUnroll = std::is_same_v<Arch, simd::avx512> ? 4 : 2;
 
 // One contiguous run of n elements: y[i] = chain(x[i], operands at i). Stream: y is batch-aligned,
 // store non-temporally.
