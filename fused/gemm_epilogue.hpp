@@ -92,12 +92,32 @@ struct ChainEpilogue {
   // The chain on a finished tile in an L1 buffer (see simd::NoEpilogue::apply_tile): t holds
   // rows i0 .. i0 + rows - 1 and columns j0 .. j0 + cols - 1 of the output, row stride ldt.
   // Step by step, each a tight loop over the tile's vectors: per-column operand vectors are
-  // loaded once per column vector, an activation's kind is fixed before its loop.
+  // loaded once per column vector, an activation's kind is fixed before its loop (and runs 4
+  // vectors at a time: independent polynomial chains). With `out` (cols a multiple of the vector
+  // width, n > 0) the last step stores into out (row stride ldo) instead of back into t, so the
+  // tile is not copied to C in a pass of its own.
   template <class Arch>
-  void apply_tile(float* t, std::int64_t ldt, int rows, std::int64_t i0, std::int64_t j0, std::int64_t cols) const {
+  void apply_tile(float* t, std::int64_t ldt, int rows, std::int64_t i0, std::int64_t j0, std::int64_t cols,
+                  float* out = nullptr, std::int64_t ldo = 0) const {
     using B = fbatch<Arch>;
     constexpr std::int64_t W = B::size;
     const std::int64_t nv = (cols + W - 1) / W;
+    if (n == 0 && out) {  // nothing to map: the copy to C
+      for (int r = 0; r < rows; ++r)
+        for (std::int64_t v = 0; v < nv; ++v)
+          B::load_aligned(t + r * ldt + v * W).store_unaligned(out + r * ldo + v * W);
+      return;
+    }
+    // Where step s stores vector v of row r.
+    const auto dst = [&](int s, int r, std::int64_t v) -> float* {
+      return out && s == n - 1 ? out + r * ldo + v * W : t + r * ldt + v * W;
+    };
+    const auto store = [&](int s, int r, std::int64_t v, B x) {
+      if (out && s == n - 1)
+        x.store_unaligned(dst(s, r, v));
+      else
+        x.store_aligned(dst(s, r, v));
+    };
     // Operand vector at (i, j), cnt lanes valid: a broadcast when cs == 0, else cnt floats cs
     // apart (a partial or strided vector goes through a zero-filled buffer: nothing past the
     // valid columns is read).
@@ -123,25 +143,41 @@ struct ChainEpilogue {
               mult = load(st.p1, st.rs, st.cs, i0 + r, j, cnt);
               shift = load(st.p2, st.rs, st.cs, i0 + r, j, cnt);
             }
-            float* x = t + r * ldt + v * W;
-            xsimd::fma(B::load_aligned(x) - mean, mult, shift).store_aligned(x);
+            store(s, r, v, xsimd::fma(B::load_aligned(t + r * ldt + v * W) - mean, mult, shift));
           }
         }
       } else if (st.kind == PostOp::Kind::binary) {
         for (int r = 0; r < rows; ++r)
           for (std::int64_t v = 0; v < nv; ++v) {
-            float* x = t + r * ldt + v * W;
             const B o = load(st.p0, st.rs, st.cs, i0 + r, j0 + v * W, std::min(W, cols - v * W));
-            simd::binary_op<Arch>(st.binary, B::load_aligned(x), o).store_aligned(x);
+            store(s, r, v, simd::binary_op<Arch>(st.binary, B::load_aligned(t + r * ldt + v * W), o));
           }
       } else {
         simd::with_act_kind(st.act.kind, [&](auto kind) {
           constexpr ActKind K = decltype(kind)::value;
-          for (int r = 0; r < rows; ++r)
-            for (std::int64_t v = 0; v < nv; ++v) {
-              float* x = t + r * ldt + v * W;
-              simd::activate_k<K, Arch>(st.act, B::load_aligned(x)).store_aligned(x);
+          // 4 vectors at a time, walking (row, vector) with counters (no division per vector).
+          constexpr int U = 4;
+          int r = 0;
+          std::int64_t v = 0;
+          const std::int64_t total = rows * nv;
+          std::int64_t q = 0;
+          for (; q + U <= total; q += U) {
+            B x[U];
+            int rr[U];
+            std::int64_t vv[U];
+#pragma GCC unroll 4
+            for (int u = 0; u < U; ++u) {
+              rr[u] = r, vv[u] = v;
+              x[u] = B::load_aligned(t + r * ldt + v * W);
+              if (++v == nv) v = 0, ++r;
             }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; ++u) store(s, rr[u], vv[u], simd::activate_k<K, Arch>(st.act, x[u]));
+          }
+          for (; q < total; ++q) {
+            store(s, r, v, simd::activate_k<K, Arch>(st.act, B::load_aligned(t + r * ldt + v * W)));
+            if (++v == nv) v = 0, ++r;
+          }
         });
       }
     }

@@ -78,7 +78,9 @@ void act_run(const Activation& act, const float* x, float* y, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + U * W <= n; i += U * W) {
     B v[U];
+#pragma GCC unroll 4
     for (std::int64_t u = 0; u < U; ++u) v[u] = B::load_unaligned(x + i + u * W);
+#pragma GCC unroll 4
     for (std::int64_t u = 0; u < U; ++u) store(y + i + u * W, activate_k<K, Arch>(act, v[u]));
   }
   for (; i + W <= n; i += W) store(y + i, activate_k<K, Arch>(act, B::load_unaligned(x + i)));

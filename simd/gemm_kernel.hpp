@@ -100,6 +100,9 @@ std::int64_t gemm_k_step(std::int64_t k) {
 //                              row every ldt floats (64-byte aligned, ldt a multiple of the
 //                              vector width); maps them in place. Lanes past `cols` up to the
 //                              next vector boundary are padding: mapped or not, never stored.
+//   apply_tile<Arch>(t, ldt, r, i, j, cols, c, ldc)
+//                              the same for a full-width tile (cols == nr), with the result
+//                              stored into C (row stride ldc) instead of back into t.
 struct NoEpilogue {
   static constexpr bool enabled = false;
   template <class Arch>
@@ -464,9 +467,7 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
         for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * nr + v * W);
-        epi.template apply_tile<Arch>(t, nr, R, st.row0, st.col0, nr);
-        for (int i = 0; i < R; ++i)
-          for (int v = 0; v < NV; ++v) B::load_aligned(t + i * nr + v * W).store_unaligned(c + i * ldc + v * W);
+        epi.template apply_tile<Arch>(t, nr, R, st.row0, st.col0, nr, c, ldc);  // the last step stores C
         return;
       }
     }
