@@ -38,9 +38,13 @@
 // is the main thread's). UseRealTime() is not used because it appends "/real_time" to every
 // name, and the names are a contract: <op>/<impl>/<case>/t<threads>.
 //
-// Budget: without --benchmark_min_time, each benchmark runs iterations for
-// min_time = budget / (1.5 x benchmarks selected), clamped to [0.05, 0.5] s ([0.01, 0.05] s
-// with --quick), or one iteration where that takes longer (naive attention at 2048 tokens).
+// Repetitions: 3 unless --benchmark_repetitions says otherwise (1 with --quick); the JSON keeps
+// every repetition and their aggregates, the report uses the median, the console shows only the
+// aggregates.
+// Budget: without --benchmark_min_time, each repetition runs iterations for
+// min_time = budget / (1.5 x benchmarks selected x repetitions), clamped to [0.05, 0.5] s
+// ([0.01, 0.05] s with --quick), or one iteration where that takes longer (naive attention at
+// 2048 tokens).
 // The value is passed as the flag itself, before the user's flags, so it leaves no
 // "/min_time:" in the names and an explicit flag always wins.
 //
@@ -621,8 +625,16 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args = opt.benchmark_args;
   g_run.total = count_selected(g.names, flag_value(args, "filter").value_or(""));
-  int repetitions = 1;
-  if (auto r = flag_value(args, "repetitions")) repetitions = std::max(1, std::atoi(r->c_str()));
+  // Three repetitions by default (the report shows their median; the console the aggregates),
+  // one with --quick; the budget below splits min_time across them, so the run takes no longer.
+  int repetitions = opt.quick ? 1 : 3;
+  if (auto r = flag_value(args, "repetitions")) {
+    repetitions = std::max(1, std::atoi(r->c_str()));
+  } else if (repetitions > 1) {
+    args.insert(args.begin(), fmt::format("--benchmark_repetitions={}", repetitions));
+    if (!flag_value(args, "display_aggregates_only") && !flag_value(args, "report_aggregates_only"))
+      args.insert(args.begin(), "--benchmark_display_aggregates_only=true");
+  }
   // The budget-derived min_time goes first, so a --benchmark_min_time given by the user wins.
   double min_time = 0;
   if (!flag_value(args, "min_time")) {
