@@ -121,7 +121,7 @@ float softmax_row(float* s, std::int64_t n, const float* m, std::int64_t mj) {
   constexpr std::int64_t W = B::size;
   // Mask added and stored back; the max of the stored scores and any NaN.
   B vmax(-kInf);
-  auto nan = vmax != vmax;
+  auto nan = xsimd::isnan(vmax);  // all false
   std::int64_t j = 0;
   for (; j + W <= n; j += W) {
     B z = B::load_unaligned(s + j);
@@ -129,7 +129,7 @@ float softmax_row(float* s, std::int64_t n, const float* m, std::int64_t mj) {
       z += load_strided<Arch>(m + j * mj, mj);
       z.store_unaligned(s + j);
     }
-    nan = nan | (z != z);
+    nan = nan | xsimd::isnan(z);  // not z != z: xsimd 8 compares ordered on AVX, never true for NaN
     vmax = xsimd::max(vmax, z);
   }
   float mx = hmax<Arch>(vmax);
