@@ -48,12 +48,19 @@
 
 #include "fused/norm.hpp"
 #include "simd/common.hpp"
+#include "simd/norm_kernel.hpp"
 #include "simd/vmath.hpp"
 
 namespace opfuse::fused {
 inline namespace OPFUSE_SIMD_NS {
 
 using simd::fbatch;
+using simd::finish_layer;
+using simd::prefetch_line;
+using simd::RowStats;
+using simd::vmax;
+using simd::Walker;
+using simd::write_row;
 using i64 = std::int64_t;
 
 namespace {
@@ -73,83 +80,12 @@ constexpr i64 kLlcBytes = 32 << 20;
 // Row buffer on the stack (floats): a row this long stays in L1 between the passes.
 constexpr i64 kRowBuf = 4096;
 
-// max(a, b) lane by lane (b where either is NaN); AVX-512 in the masked form (GCC 12's plain
-// _mm512_max_ps reads _mm512_undefined_ps() and raises false warnings, PR 105593).
-template <class Arch>
-inline fbatch<Arch> vmax(fbatch<Arch> a, fbatch<Arch> b) {
-  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
-    return _mm512_mask_max_ps(b, 0xFFFF, a, b);
-  else
-    return xsimd::max(a, b);
-}
-
 template <class Arch>
 inline fbatch<Arch> expn(fbatch<Arch> x) {
   return simd::vmath::exp_nonpositive<Arch>(x);
 }
 
-// One prefetch per cache line of p (or nothing for null), for the vector at offset j:
-// prefetcht1, into L2, so the row being computed keeps L1 (see simd/norm.cpp).
-template <class Arch>
-inline void prefetch_line(const float* p, i64 j) {
-  constexpr i64 W = fbatch<Arch>::size;
-  if (p && (W >= 16 || j % 16 == 0)) __builtin_prefetch(p + j, 0, 2);
-}
-
-// y[j] = f(j) for j < n (f: the batch at j; fs: one element, for the head and the tail). With
-// `stream` the vector-aligned body is stored non-temporally; pf(j) runs once per body vector.
-template <class Arch, class F, class FS, class PF>
-void write_row(float* y, i64 n, bool stream, F f, FS fs, PF pf) {
-  using B = fbatch<Arch>;
-  constexpr i64 W = B::size;
-  i64 j = 0;
-  if (stream) {
-    if (reinterpret_cast<std::uintptr_t>(y) % sizeof(float) == 0)
-      for (; j < n && reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) != 0; ++j) y[j] = fs(j);
-    if (reinterpret_cast<std::uintptr_t>(y + j) % sizeof(B) == 0)
-      for (; j + W <= n; j += W) {
-        pf(j);
-        simd::store_stream<Arch>(y + j, f(j));
-      }
-  }
-  for (; j + W <= n; j += W) {
-    pf(j);
-    f(j).store_unaligned(y + j);
-  }
-  for (; j < n; ++j) y[j] = fs(j);  // scalar tail
-}
-
 // ---- softmax ------------------------------------------------------------------------------------
-
-// A logical index walking `shape` in row-major order with the element offsets of x, y, mask.
-struct Walker {
-  Shape shape;
-  std::array<Index, 3> strides{};
-  Index idx{};
-  std::array<i64, 3> off{};
-
-  void seek(i64 flat) {
-    for (int d = shape.rank - 1; d >= 0; --d) {
-      idx[u(d)] = flat % shape.dims[u(d)];
-      flat /= shape.dims[u(d)];
-    }
-    for (std::size_t t = 0; t < 3; ++t) {
-      off[t] = 0;
-      for (int d = 0; d < shape.rank; ++d) off[t] += idx[u(d)] * strides[t][u(d)];
-    }
-  }
-  void next() {
-    for (int d = shape.rank - 1; d >= 0; --d) {
-      const std::size_t k = u(d);
-      if (++idx[k] < shape.dims[k]) {
-        for (std::size_t t = 0; t < 3; ++t) off[t] += strides[t][k];
-        return;
-      }
-      for (std::size_t t = 0; t < 3; ++t) off[t] -= strides[t][k] * (shape.dims[k] - 1);
-      idx[k] = 0;
-    }
-  }
-};
 
 // z = scale * x + mask for a row: the batch at j and one element. kScaled / kMasked drop the
 // multiply and the mask load where they are no-ops. The mask step ms is 1, 0 (broadcast) or
@@ -398,41 +334,6 @@ void softmax_rows(const Walker& base, i64 b, i64 e, const float* xp, float* yp, 
 }
 
 // ---- layernorm / rmsnorm --------------------------------------------------------------------------
-
-// Row statistics, as in simd/norm.cpp: layernorm keeps the shift k (a sample of the row), the
-// mean of d = s - k and 1/sqrt(var + eps); rmsnorm 1/sqrt(mean(s^2) + eps).
-struct RowStats {
-  float shift = 0.f, mean_d = 0.f, rstd = 0.f;
-};
-
-// From the sums of d and d^2 over the row (s1, s2); the variance is recomputed around the mean
-// from s (in L1) where the shifted formula would lose more than 2 bits (see simd/norm.cpp).
-template <class Arch>
-RowStats finish_layer(const float* s, i64 n, float k, float s1, float s2, float eps) {
-  using B = fbatch<Arch>;
-  constexpr i64 W = B::size;
-  const float fn = static_cast<float>(n);
-  const float md = s1 / fn;
-  float var = (s2 - s1 * md) / fn;
-  if (!(var >= 0.25f * (s2 / fn))) {
-    const B vk(k), vmd(md);
-    B v0(0.f), v1(0.f);
-    i64 j = 0;
-    for (; j + 2 * W <= n; j += 2 * W) {
-      const B d0 = (B::load_unaligned(s + j) - vk) - vmd, d1 = (B::load_unaligned(s + j + W) - vk) - vmd;
-      v0 = xsimd::fma(d0, d0, v0);
-      v1 = xsimd::fma(d1, d1, v1);
-    }
-    for (; j + W <= n; j += W) {
-      const B d = (B::load_unaligned(s + j) - vk) - vmd;
-      v0 = xsimd::fma(d, d, v0);
-    }
-    float q = xsimd::hadd(v0 + v1);
-    for (; j < n; ++j) q += ((s[j] - k) - md) * ((s[j] - k) - md);
-    var = q / fn;
-  }
-  return {k, md, 1.f / std::sqrt(var + eps)};
-}
 
 // Pass 1 of a row: s = x [+ res] in registers, stored to buf (when s is not x itself) and to
 // sum (when asked; non-temporally with `stream_sum`), statistics accumulated on the way.
