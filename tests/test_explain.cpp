@@ -3,12 +3,34 @@
 // (which tensors each pass reads and writes), not from the model's code.
 #include <gtest/gtest.h>
 
+#include "fused/attention.hpp"
 #include "opfuse/explain.hpp"
 
 namespace opfuse {
 namespace {
 
 TensorDesc td(Shape s) { return {s, Layout::nchw}; }
+
+// The flash attention kernel's whole extra memory (what its prepare allocates, per thread: the
+// Q^T tile D x bq, one score tile bk x bq, the O^T accumulator Dv x bq and three rows of bq -
+// running max, running sum, correction - each region rounded up to 16 floats) against the
+// score matrix the unfused pipeline materializes, at the bench's BERT case b1_h12_s2048_d64.
+TEST(FlashAttention, ExtraMemoryUnderOnePercentOfTheScoreMatrix) {
+  AttentionParams p;
+  OpDesc d{OpKind::attention, p, {td({1, 12, 2048, 64}), td({1, 12, 2048, 64}), td({1, 12, 2048, 64})}};
+  const double scores = 1.0 * 12 * 2048 * 2048 * 4;  // 201,326,592 bytes
+  // AVX-512: bq = 64, bk = 72: (64 + 72 + 64 + 3) * 64 floats; AVX2: bq = 16, bk = 128:
+  // (64 + 128 + 64 + 3) * 16; SSE2: bq = 8, bk = 128: 64*8 + 128*8 + 64*8 + 3 * 16 (rows of 8
+  // rounded up to 16).
+  EXPECT_EQ(fused::attention_extra_bytes(d, Isa::avx512, 1), 4u * (64 + 72 + 64 + 3) * 64);
+  EXPECT_EQ(fused::attention_extra_bytes(d, Isa::avx2, 1), 4u * (64 + 128 + 64 + 3) * 16);
+  EXPECT_EQ(fused::attention_extra_bytes(d, Isa::sse2, 1), 4u * (512 + 1024 + 512 + 48));
+  for (Isa isa : {Isa::avx512, Isa::avx2, Isa::sse2})
+    for (int threads : {1, 2, 16}) {
+      const double extra = static_cast<double>(fused::attention_extra_bytes(d, isa, threads));
+      EXPECT_LT(extra, 0.01 * scores) << isa_name(isa) << " t" << threads;
+    }
+}
 
 TEST(Explain, EltwiseChainFourStepsSavesSixtyPercent) {
   // y = relu(gelu(x + a) * b) over n floats: unfused passes move
