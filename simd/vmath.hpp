@@ -236,7 +236,12 @@ inline fbatch<Arch> gelu_erf(fbatch<Arch> x) {
   static constexpr float P[] = {0x1p-1f, 0x1.c0bb62p-2f, 0x1.77233cp-3f, 0x1.4cbp-5f, 0x1.0d8932p-8f};
   static constexpr float Q[] = {1.f, 0x1.ac9fe2p+0f, 0x1.33c6aep+0f, 0x1.e0917ap-2f, 0x1.a0fd08p-4f, 0x1.51cf2cp-7f};
   const B a = xsimd::abs(x);
-  const B u = xsimd::select(a > B(14.5f), B(14.5f), a);  // NaN stays NaN
+  // u = min(a, 14.5); a NaN may become 14.5 here (x itself carries the NaN to the result).
+  B u;
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+    u = _mm512_mask_min_ps(a, 0xFFFF, a, B(14.5f));  // masked form: see vmax in simd/norm_kernel.hpp
+  else
+    u = xsimd::min(a, B(14.5f));
   const B q = u * u;
   B lo;
   if constexpr (std::is_same_v<Arch, xsimd::sse2>) {
@@ -254,8 +259,8 @@ inline fbatch<Arch> gelu_erf(fbatch<Arch> x) {
   const B e = exp_nonpositive<Arch>(B(-0.5f) * q);
   const B tail = xsimd::fnma(e * B(0.5f), lo, e);  // e^(-u^2/2) = e^(-q/2) e^(-lo/2), |lo| <= 2^-24 q
   const B s = horner<Arch>(u, P) / horner<Arch>(u, Q);
-  const B neg = (x * s) * tail;  // x s first: (x s) is normal whenever the result is
-  const B pos = x * (B(1.f) - tail * s);
+  const B neg = (x * s) * tail;           // x s first: (x s) is normal whenever the result is
+  const B pos = x * (B(1.f) - tail * s);  // not x - x h: gelu(+inf) = inf * 1, not inf - inf * 0
   return xsimd::select(x < B(0.f), neg, pos);
 }
 
