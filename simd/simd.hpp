@@ -7,11 +7,12 @@
 // (OPFUSE_SIMD_ISA = avx512 | avx2 | sse2). So the code is written once and one binary carries
 // an AVX-512, an AVX2+FMA and an SSE2 version of every kernel.
 //
-// Choosing at run time: each ISA's instantiation is its own registry row
-// (`relu__simd_avx512`, `relu__simd_avx2`, `relu__simd_sse2`), best first, and the registry
-// skips rows above effective_isa(ctx) = min(CPU, OPFUSE_ISA, Context::max_isa). That is the
-// job xsimd::dispatch does, moved into the registry so that every ISA's kernel is visible in
-// `opfuse ops`, in benchmark names, and checkable on one machine in one process.
+// Choosing at run time: xsimd::dispatch over arch_list<avx512bw, fma3<avx2>, sse2> picks the
+// CPU's ISA once (cpu_isa() in src/isa.cpp, capped by the OS-support check xsimd 8 lacks). Each
+// ISA's instantiation is its own registry row (`relu__simd_avx512`, `relu__simd_avx2`,
+// `relu__simd_sse2`), best first, and the registry skips rows above effective_isa(ctx) =
+// min(that ISA, OPFUSE_ISA, Context::max_isa) - so every ISA's kernel is visible in
+// `opfuse ops` and in benchmark names, and checkable on one machine in one process.
 #pragma once
 
 #include <cstddef>

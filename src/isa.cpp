@@ -1,6 +1,8 @@
 // src/isa.cpp - which instruction sets this CPU runs, and the caps on them.
 #include <cstdlib>
 
+#include <xsimd/xsimd.hpp>
+
 #include "opfuse/context.hpp"
 #include "opfuse/registry.hpp"
 
@@ -22,16 +24,34 @@ std::optional<Isa> isa_from_name(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+#if defined(__x86_64__) || defined(_M_X64)
+namespace {
+// The Isa of an xsimd architecture tag (the simd stage's three: simd/simd.hpp).
+struct IsaOfArch {
+  Isa operator()(xsimd::avx512bw) const { return Isa::avx512; }
+  Isa operator()(xsimd::fma3<xsimd::avx2>) const { return Isa::avx2; }
+  Isa operator()(xsimd::sse2) const { return Isa::sse2; }
+};
+}  // namespace
+#endif
+
+// The simd stage's ISA is chosen by xsimd::dispatch over the architectures it is compiled for
+// (best first; CPUID), then capped by __builtin_cpu_supports, which also checks that the OS
+// saves the wider registers (XGETBV: xsimd 8 does not) and the AVX-512 subsets the avx512 TUs
+// are compiled with (F, BW, DQ, VL). The registry then runs the rows of that ISA or below.
 Isa cpu_isa() noexcept {
 #if defined(__x86_64__) || defined(_M_X64)
-  // __builtin_cpu_supports also checks that the OS saves the wider registers (XGETBV).
   static const Isa level = [] {
+    const Isa chosen =
+        xsimd::dispatch<xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse2>>(IsaOfArch{})();
     __builtin_cpu_init();
+    Isa os = Isa::sse2;  // the x86-64 baseline
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
-      return Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-    return Isa::sse2;  // the x86-64 baseline
+      os = Isa::avx512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      os = Isa::avx2;
+    return chosen < os ? chosen : os;
   }();
   return level;
 #else
