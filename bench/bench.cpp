@@ -38,9 +38,12 @@
 // is the main thread's). UseRealTime() is not used because it appends "/real_time" to every
 // name, and the names are a contract: <op>/<impl>/<case>/t<threads>.
 //
-// Repetitions: 3 unless --benchmark_repetitions says otherwise (1 with --quick); the JSON keeps
-// every repetition and their aggregates, the report uses the median, the console shows only the
-// aggregates.
+// Repetitions: 3 unless --benchmark_repetitions says otherwise (1 with --quick), back to back;
+// the JSON keeps every repetition and their aggregates, the report uses the median, the console
+// shows only the aggregates. --benchmark_enable_random_interleaving=true spreads them over the
+// run instead (a drift of the shared machine's speed then hits every impl alike), but every run
+// then regenerates its case's data and re-prepares its primitive: the default suite took ~14
+// instead of ~5 minutes that way. Progress counts each interleaved repetition as a run.
 // Budget: without --benchmark_min_time, each repetition runs iterations for
 // min_time = budget / (1.5 x benchmarks selected x repetitions), clamped to [0.05, 0.5] s
 // ([0.01, 0.05] s with --quick), or one iteration where that takes longer (naive attention at
@@ -635,12 +638,19 @@ int main(int argc, char** argv) {
     if (!flag_value(args, "display_aggregates_only") && !flag_value(args, "report_aggregates_only"))
       args.insert(args.begin(), "--benchmark_display_aggregates_only=true");
   }
+  // With random interleaving every repetition is a run of its own (progress counts runs), and
+  // Google Benchmark gives each one min_time / repetitions.
+  const bool interleaved = repetitions > 1 && flag_true(args, "enable_random_interleaving");
+  const int benchmarks = g_run.total;
+  if (interleaved) g_run.total *= repetitions;
   // The budget-derived min_time goes first, so a --benchmark_min_time given by the user wins.
+  // Per repetition: budget / (1.5 x benchmarks x repetitions), clamped.
   double min_time = 0;
   if (!flag_value(args, "min_time")) {
     const double lo = opt.quick ? 0.01 : 0.05, hi = opt.quick ? 0.05 : 0.5;
-    min_time = std::clamp(opt.budget_s / (1.5 * std::max(1, g_run.total * repetitions)), lo, hi);
+    min_time = std::clamp(opt.budget_s / (1.5 * std::max(1, benchmarks * repetitions)), lo, hi);
     if (opt.cold_cache) min_time /= 10;
+    if (interleaved) min_time *= repetitions;  // the flag's value; each repetition gets a share
     args.insert(args.begin(), fmt::format("--benchmark_min_time={:.4f}", min_time));
   }
   if (!opt.json.empty()) {
@@ -662,14 +672,15 @@ int main(int argc, char** argv) {
       g_run.cold_cache = true;
       g_run.flush_buffer.assign(2 * llc_bytes() / sizeof(std::uint64_t), 1);
     }
-    std::fprintf(stderr, "opfuse-bench: %d benchmarks, min_time %s s per benchmark\n", g_run.total,
-                 min_time > 0 ? fmt::format("{:.3g}", min_time).c_str() : "(from --benchmark_min_time)");
+    std::fprintf(stderr, "opfuse-bench: %d benchmarks x %d repetitions, min_time %s s per %s\n", benchmarks,
+                 repetitions, min_time > 0 ? fmt::format("{:.3g}", min_time).c_str() : "(from --benchmark_min_time)",
+                 interleaved ? "benchmark (split over its interleaved repetitions)" : "repetition");
   }
   if (!listing) add_context(opt, g, static_cast<int>(cases.size()), min_time);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   if (!listing)
-    std::fprintf(stderr, "opfuse-bench: %d benchmarks in %s\n", g_run.started,
+    std::fprintf(stderr, "opfuse-bench: %d runs in %s\n", g_run.started,
                  mm_ss(std::chrono::duration<double>(Clock::now() - g_run.t0).count()).c_str());
   // A curated case that no longer validates is a bug in the case list or in validate().
   return g.invalid_cases ? 1 : 0;
