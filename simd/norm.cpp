@@ -28,11 +28,16 @@
 //          read-for-ownership, no eviction of the row being worked on) and the next row is
 //          prefetched into L2 (prefetcht1: into L1 it evicted the row being worked on and
 //          measured ~20% slower) during the passes that run from L1, so DRAM stays busy while
-//          they compute. Measured on the 64 MiB cases (one thread): fused/norm.cpp's header.
-//          (Tried and dropped: software-pipelining rows - the next row's max or statistics pass
-//          merged into this row's store pass - measured slower than these per-row passes on
-//          this Zen 4: more rows live in L1 at once; and softmax without its exp at all ran
-//          only ~5% faster, so the 64 MiB softmax is bound by its memory passes, not by exp.)
+//          they compute. Streaming softmax rows are also pipelined (PendingRow in
+//          simd/norm_kernel.hpp): a row's pass 3 - its non-temporal stores - does not run on its
+//          own but inside the next row's pass 2, the exp pass, so the stores drain while exp
+//          computes (two row buffers alternate). 4096 x 4096 (64 MiB), one thread, medians of 5
+//          in one session: 6.6 - 7.0 ms per-row passes, 5.2 - 6.0 ms pipelined (relu over the
+//          same 64 MiB: 3.9 - 4.3 ms). Both stages do it; fused/norm.cpp has the rest.
+//          (Tried and dropped: the next row's max or statistics pass merged into this row's
+//          store pass - slower than per-row passes on this Zen 4, the max pass being a read
+//          stream itself; and softmax without its exp at all ran only ~5% faster before the
+//          pipelining, so the stores, not exp, were what stood alone.)
 // fused: (fused/norm.cpp) keeps the row in L1/registers: scale and mask applied in the max and
 //        exp passes with one read of x and mask; add & norm with one read of x and residual.
 
@@ -96,10 +101,11 @@ void softmax_row_scalar(const float* x, std::int64_t xa, float* y, std::int64_t 
 // multiply and the mask load from z = scale * x + mask where they are no-ops.
 // Streaming variant (large tensors, n <= kStreamRow): the exps go to `buf` (L1) instead of y,
 // `next` (the next row of x, or null) is prefetched during pass 2, and pass 3 writes y once
-// with non-temporal stores.
+// with non-temporal stores - or, with `pend` (row pipelining), pass 2 also stores the pending
+// previous row and this row becomes the pending one (`buf` must then outlive the call).
 template <class Arch, bool kScaled, bool kMasked>
 void softmax_row(const float* x, float* y, const float* m, std::int64_t ms, std::int64_t n, float scale, float* buf,
-                 const float* next) {
+                 const float* next, PendingRow* pend) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
   const B vscale(scale);
@@ -126,9 +132,16 @@ void softmax_row(const float* x, float* y, const float* m, std::int64_t ms, std:
   }
   // A max of -inf: every z is -inf (fully masked: zeros) or NaN - the rare row goes scalar.
   if (mx == -kInf) {
+    if (pend) flush_pending<Arch>(*pend, n);
     softmax_row_scalar(x, 1, y, 1, kMasked ? m : nullptr, ms, n, kScaled ? scale : 1.f);
     return;
   }
+  // The pending row rides along when its y is vector-aligned and n a multiple of 2W.
+  const bool carry = pend && pend->y && reinterpret_cast<std::uintptr_t>(pend->y) % sizeof(B) == 0 && n % (2 * W) == 0;
+  if (pend && !carry) flush_pending<Arch>(*pend, n);
+  const float* pb = carry ? pend->buf : nullptr;
+  float* py = carry ? pend->y : nullptr;
+  const B pinv(carry ? pend->inv : 0.f);
 
   // Pass 2 - e_j = exp(z_j - max) into y (or buf), and their sum. z_j - max is in [-inf, 0]
   // unless z_j is NaN or max is +inf (inf - inf): then e_j and the sum are NaN.
@@ -144,7 +157,12 @@ void softmax_row(const float* x, float* y, const float* m, std::int64_t ms, std:
     e1.store_unaligned(ex + j + W);
     s0 += e0;
     s1 += e1;
+    if (carry) {
+      store_stream<Arch>(py + j, B::load_aligned(pb + j) * pinv);
+      store_stream<Arch>(py + j + W, B::load_aligned(pb + j + W) * pinv);
+    }
   }
+  if (carry) *pend = {};
   if (j + W <= n) {
     const B e = vmath::exp_nonpositive<Arch>(z(j) - vm);
     e.store_unaligned(ex + j);
@@ -162,8 +180,12 @@ void softmax_row(const float* x, float* y, const float* m, std::int64_t ms, std:
     return;
   }
 
-  // Pass 3 - scale by 1/sum (>= 1: the max element contributes exp(0)).
+  // Pass 3 - scale by 1/sum (>= 1: the max element contributes exp(0)); pipelined: later.
   const float inv = 1.f / sum;
+  if (pend) {
+    *pend = {ex, y, inv};
+    return;
+  }
   const B vinv(inv);
   write_row<Arch>(
       y, n, buf != nullptr, [&](std::int64_t k) { return B::load_unaligned(ex + k) * vinv; },
@@ -172,13 +194,13 @@ void softmax_row(const float* x, float* y, const float* m, std::int64_t ms, std:
 
 template <class Arch>
 void softmax_row_any(const float* x, float* y, const float* m, std::int64_t ms, std::int64_t n, float scale,
-                     float* buf = nullptr, const float* next = nullptr) {
+                     float* buf = nullptr, const float* next = nullptr, PendingRow* pend = nullptr) {
   if (m)
-    scale != 1.f ? softmax_row<Arch, true, true>(x, y, m, ms, n, scale, buf, next)
-                 : softmax_row<Arch, false, true>(x, y, m, ms, n, scale, buf, next);
+    scale != 1.f ? softmax_row<Arch, true, true>(x, y, m, ms, n, scale, buf, next, pend)
+                 : softmax_row<Arch, false, true>(x, y, m, ms, n, scale, buf, next, pend);
   else
-    scale != 1.f ? softmax_row<Arch, true, false>(x, y, m, ms, n, scale, buf, next)
-                 : softmax_row<Arch, false, false>(x, y, m, ms, n, scale, buf, next);
+    scale != 1.f ? softmax_row<Arch, true, false>(x, y, m, ms, n, scale, buf, next, pend)
+                 : softmax_row<Arch, false, false>(x, y, m, ms, n, scale, buf, next, pend);
 }
 
 // W softmax rows at once, one per lane: x + l, y + l (l = 0..W-1) are the rows, each (n) with
@@ -256,13 +278,17 @@ void Softmax::operator()(Arch, const KernelArgs& args) const {
           softmax_row_any<Arch>(xp + w.off[0], yp + w.off[1], mp ? mp + w.off[2] : nullptr, ms[u(a)], n, scale);
         return;
       }
-      alignas(64) float buf[kStreamRow];
-      for (std::int64_t r = b; r < e; ++r) {
+      // Two row buffers: one row's exps wait in one while the next row fills the other.
+      alignas(64) float buf[2][kStreamRow];
+      PendingRow pend;
+      int cur = 0;
+      for (std::int64_t r = b; r < e; ++r, cur ^= 1) {
         const std::int64_t xo = w.off[0], yo = w.off[1], mo = w.off[2];
         w.next();
-        softmax_row_any<Arch>(xp + xo, yp + yo, mp ? mp + mo : nullptr, ms[u(a)], n, scale, buf,
-                              r + 1 < e ? xp + w.off[0] : nullptr);
+        softmax_row_any<Arch>(xp + xo, yp + yo, mp ? mp + mo : nullptr, ms[u(a)], n, scale, buf[cur],
+                              r + 1 < e ? xp + w.off[0] : nullptr, &pend);
       }
+      flush_pending<Arch>(pend, n);
       _mm_sfence();  // order the non-temporal stores before the threads join
     });
     return;

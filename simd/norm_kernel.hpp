@@ -1,7 +1,8 @@
 // simd/norm_kernel.hpp - the row pieces shared by the simd and fused softmax / layernorm /
 // rmsnorm kernels (simd/norm.cpp, fused/norm.cpp): the walker over rows of any layout, the row
 // writer with its non-temporal path, the NaN-propagating vector max, the L2 prefetch of the
-// next row, and layernorm's statistics from shifted sums. Internal header of the per-ISA TUs;
+// next row, the pending row of softmax's row pipelining, and layernorm's statistics from
+// shifted sums. Internal header of the per-ISA TUs;
 // everything lives in the ISA's inline namespace.
 #pragma once
 
@@ -130,6 +131,29 @@ RowStats finish_layer(const float* s, std::int64_t n, float k, float s1, float s
     var = q / fn;
   }
   return {k, md, 1.f / std::sqrt(var + eps)};
+}
+
+// A streamed softmax row whose exps sit in `buf` and whose store y = buf * inv is still to do:
+// the next row's exp pass does it on the way (row pipelining), so the non-temporal stores of
+// one row overlap the arithmetic of the next instead of running as a store-only pass.
+struct PendingRow {
+  const float* buf = nullptr;
+  float* y = nullptr;
+  float inv = 0.f;
+};
+
+// The pending row's store on its own (before a row that cannot take it, and after the last).
+template <class Arch>
+void flush_pending(PendingRow& p, std::int64_t n) {
+  if (!p.y) return;
+  using B = fbatch<Arch>;
+  const B vinv(p.inv);
+  const float* e = p.buf;
+  const float inv = p.inv;
+  write_row<Arch>(
+      p.y, n, true, [&](std::int64_t k) { return B::load_unaligned(e + k) * vinv; },
+      [&](std::int64_t k) { return e[k] * inv; }, [](std::int64_t) {});
+  p = {};
 }
 
 }  // namespace OPFUSE_SIMD_NS

@@ -392,6 +392,89 @@ TEST(EltwiseStreaming, LargeOutputsMatchNaive) {
   }
 }
 
+// Row kernels (softmax, layernorm, rmsnorm) switch to their streaming variants for outputs of
+// >= 16 MiB: row buffers, non-temporal stores, the next row prefetched, and (simd softmax) row
+// pipelining, where one row's store rides along the next row's exp pass when y is vector-
+// aligned. 1025 rows of 4096 (16.02 MiB) with y aligned to 64 bytes and shifted by 3 floats,
+// softmax (plain, and scaled with a full mask) with a row of -inf (the scalar path) and a row
+// holding a NaN between pipelined rows; every simd and fused row against naive, 2 threads.
+TEST(NormStreaming, LargeRowsMatchNaive) {
+  const Shape shape{1025, 4096};
+  const std::int64_t numel = shape.numel();
+  std::vector<OpDesc> descs;
+  descs.push_back({OpKind::softmax, SoftmaxParams{}, {{shape, Layout::nchw}}});
+  SoftmaxParams scaled_masked;
+  scaled_masked.scale = 0.5f;
+  scaled_masked.has_mask = true;
+  descs.push_back({OpKind::softmax, scaled_masked, {{shape, Layout::nchw}, {shape, Layout::nchw}}});
+  NormParams ln;
+  ln.has_residual = true;
+  descs.push_back(
+      {OpKind::layernorm,
+       ln,
+       {{shape, Layout::nchw}, {Shape{4096}, Layout::nchw}, {Shape{4096}, Layout::nchw}, {shape, Layout::nchw}}});
+  NormParams rms;
+  rms.has_bias = false;
+  descs.push_back({OpKind::rmsnorm, rms, {{shape, Layout::nchw}, {Shape{4096}, Layout::nchw}}});
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const OpDesc& d : descs) {
+    std::vector<std::vector<float>> in_store;
+    std::vector<Tensor> in;
+    for (const TensorDesc& t : d.inputs) {
+      in_store.emplace_back(static_cast<std::size_t>(t.shape.numel()));
+      for (float& v : in_store.back()) v = dist(rng);
+      in.push_back(*Tensor::view(static_cast<const float*>(in_store.back().data()), t.shape, t.layout));
+    }
+    if (d.op == OpKind::softmax) {
+      float* x = in_store[0].data();
+      for (std::int64_t j = 0; j < 4096; ++j) x[5 * 4096 + j] = -inf;  // fully masked row: zeros
+      x[9 * 4096 + 100] = nan;                                         // a NaN row
+    }
+    std::vector<const Tensor*> ins;
+    for (const Tensor& t : in) ins.push_back(&t);
+    for (std::int64_t shift : {0, 3}) {
+      std::vector<float> ref_store, got_store;
+      // y at a 64-byte boundary plus `shift` floats.
+      auto run_kernel = [&](const KernelDef& k, std::vector<float>& store) -> const float* {
+        store.assign(static_cast<std::size_t>(numel) + 32, 0.f);
+        float* base = store.data();
+        while (reinterpret_cast<std::uintptr_t>(base) % 64) ++base;
+        float* yp = base + shift;
+        const Tensor y = *Tensor::view(yp, shape);
+        Context ctx;
+        ctx.threads = 2;
+        auto prim = prepare_kernel(d, k, ctx);
+        EXPECT_TRUE(prim.is_ok()) << k.name;
+        if (!prim.is_ok()) return nullptr;
+        const Tensor* outs[] = {&y};
+        EXPECT_TRUE(prim->execute(ins, outs).is_ok()) << k.name;
+        return yp;
+      };
+      const float* ref = nullptr;
+      for (const KernelDef& k : kernels())
+        if (k.op == d.op && k.impl == Impl::naive) ref = run_kernel(k, ref_store);
+      ASSERT_NE(ref, nullptr);
+      for (const KernelDef& k : kernels()) {
+        if (k.op != d.op || (k.impl != Impl::simd && k.impl != Impl::fused) || kernel_isa(k) > cpu_isa()) continue;
+        const float* got = run_kernel(k, got_store);
+        ASSERT_NE(got, nullptr);
+        std::int64_t bad = 0, first = -1;
+        for (std::int64_t i = 0; i < numel; ++i) {
+          // softmax: outputs ~1/4096, so relative; the norms: O(1), absolute + relative.
+          const float tol =
+              d.op == OpKind::softmax ? 1e-5f * std::fabs(ref[i]) + 1e-12f : 1e-5f * (1.f + std::fabs(ref[i]));
+          const bool ok = std::isnan(ref[i]) ? std::isnan(got[i]) : std::fabs(got[i] - ref[i]) <= tol;
+          if (!ok && bad++ == 0) first = i;
+        }
+        EXPECT_EQ(bad, 0) << k.name << " shift " << shift << " first bad at " << first << " (row " << first / 4096
+                          << ")";
+      }
+    }
+  }
+}
+
 // ---- exhaustive ----------------------------------------------------------------------------
 
 // Every finite fp32 input, in chunks of 64 Ki, on all hardware threads.
