@@ -74,21 +74,12 @@ namespace opfuse::fused {
 inline namespace OPFUSE_SIMD_NS {
 
 using simd::fbatch;
+using simd::isa_of;
 using std::int64_t;
 
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-template <class Arch>
-constexpr Isa isa_of() {
-  if constexpr (std::is_same_v<Arch, simd::avx512>)
-    return Isa::avx512;
-  else if constexpr (std::is_same_v<Arch, simd::avx2>)
-    return Isa::avx2;
-  else
-    return Isa::sse2;
-}
 
 template <class Arch>
 struct Tile {

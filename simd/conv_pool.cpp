@@ -10,20 +10,10 @@
 //        functor only names the ISA cap of the nested kernels.
 // fused: fused/conv_pool.cpp never writes the conv output: conv rows go into a per-thread
 //        rolling buffer of pool-window rows that is pooled into y while it is still in cache.
-#include <type_traits>
 
 #include "simd/common.hpp"
 
 namespace opfuse::simd {
-
-namespace {
-template <class Arch>
-constexpr Isa isa_of() {
-  if constexpr (std::is_same_v<Arch, avx512>) return Isa::avx512;
-  if constexpr (std::is_same_v<Arch, avx2>) return Isa::avx2;
-  return Isa::sse2;
-}
-}  // namespace
 
 template <class Arch>
 std::size_t ConvPool::workspace(Arch, const OpDesc& desc) {

@@ -12,20 +12,10 @@
 //        simd/shared/norm_supports.cpp; this functor only names the ISA cap.
 // fused: never materializes e or d - expand a strip of rows, depthwise it while hot in L1,
 //        project each pixel's Ce-vector straight into y with the residual added before the store.
-#include <type_traits>
 
 #include "simd/common.hpp"
 
 namespace opfuse::simd {
-
-namespace {
-template <class Arch>
-constexpr Isa isa_of() {
-  if constexpr (std::is_same_v<Arch, avx512>) return Isa::avx512;
-  if constexpr (std::is_same_v<Arch, avx2>) return Isa::avx2;
-  return Isa::sse2;
-}
-}  // namespace
 
 template <class Arch>
 std::size_t InvertedResidual::workspace(Arch, const OpDesc& desc) {

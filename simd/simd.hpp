@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -27,6 +28,17 @@ namespace opfuse::simd {
 using avx512 = xsimd::avx512f;
 using avx2 = xsimd::fma3<xsimd::avx2>;
 using sse2 = xsimd::sse2;
+
+// The Isa of an architecture tag (nested kernels' ISA cap, tile tables).
+template <class Arch>
+constexpr Isa isa_of() {
+  if constexpr (std::is_same_v<Arch, avx512>)
+    return Isa::avx512;
+  else if constexpr (std::is_same_v<Arch, avx2>)
+    return Isa::avx2;
+  else
+    return Isa::sse2;
+}
 
 // Declares a kernel functor and its three explicit instantiations.
 #define OPFUSE_SIMD_FUNCTOR(F)                                                 \
