@@ -281,10 +281,44 @@ void direct_tile_epi(const float* const* xs, const float* w, i64 R, i64 S, i64 C
                      const i64* pix, i64 k0) {
   using B = fbatch<Arch>;
   constexpr int Wd = static_cast<int>(B::size);
-  if (!epi) return simd::direct_tile<Arch, MR, NV>(xs, w, R, S, Cg, row_step, col_step, bias, ys, valid_k, first);
-  // The real pixels are a prefix of the tile (padding repeats the last one): the chain runs on
-  // them in an L1 buffer, then they are stored as usual.
-  const auto hook = [&](B(&acc)[MR][NV]) {
+  B acc[MR][NV];
+  for (int v = 0; v < NV; ++v) {
+    const B b = B::load_aligned(bias + v * Wd);
+    for (int i = 0; i < MR; ++i) acc[i][v] = b;
+  }
+  if (!first) {  // a later channel block: continue from the partial sums stored in y
+    for (int i = 0; i < MR; ++i) {
+      if (!ys[i]) continue;
+      if (valid_k == NV * Wd) {
+        for (int v = 0; v < NV; ++v) acc[i][v] = B::load_unaligned(ys[i] + v * Wd);
+      } else {
+        alignas(64) float tmp[NV * Wd] = {};
+        std::memcpy(tmp, ys[i], static_cast<std::size_t>(valid_k) * sizeof(float));
+        for (int v = 0; v < NV; ++v) acc[i][v] = B::load_aligned(tmp + v * Wd);
+      }
+    }
+  }
+  i64 taps = S, chans = Cg;
+  if (col_step == Cg) taps = 1, chans = S * Cg;
+  for (i64 r = 0; r < R; ++r) {
+    for (i64 s = 0; s < taps; ++s) {
+      const i64 off = r * row_step + s * col_step;
+      const float* px[MR];
+      for (int i = 0; i < MR; ++i) px[i] = xs[i] + off;
+      for (i64 c = 0; c < chans; ++c) {
+        B wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = B::load_aligned(w + v * Wd);
+        w += NV * Wd;
+        for (int i = 0; i < MR; ++i) {
+          const B xb(px[i][c]);
+          for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(xb, wv[v], acc[i][v]);
+        }
+      }
+    }
+  }
+  if (epi) {
+    // The real pixels are a prefix of the tile (padding repeats the last one): the chain runs
+    // on them in an L1 buffer, then they are stored as usual.
     alignas(64) float t[MR * NV * Wd];
     int real = 0;
     for (int i = 0; i < MR; ++i) {
@@ -295,8 +329,19 @@ void direct_tile_epi(const float* const* xs, const float* w, i64 R, i64 S, i64 C
     epi->template apply_tile<Arch>(t, NV * Wd, real, pix[0], k0, valid_k);
     for (int i = 0; i < real; ++i)
       for (int v = 0; v < NV; ++v) acc[i][v] = B::load_aligned(t + i * NV * Wd + v * Wd);
-  };
-  simd::direct_tile<Arch, MR, NV>(xs, w, R, S, Cg, row_step, col_step, bias, ys, valid_k, first, hook);
+  }
+  if (valid_k == NV * Wd) {
+    for (int i = 0; i < MR; ++i)
+      if (ys[i])
+        for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(ys[i] + v * Wd);
+  } else {
+    alignas(64) float tmp[NV * Wd];
+    for (int i = 0; i < MR; ++i) {
+      if (!ys[i]) continue;
+      for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + v * Wd);
+      std::memcpy(ys[i], tmp, static_cast<std::size_t>(valid_k) * sizeof(float));
+    }
+  }
 }
 
 // One task: output rows [p0, p1) of image n (simd's direct_block with the chain fused). yt is

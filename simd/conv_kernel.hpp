@@ -127,21 +127,13 @@ struct DirectTile<sse2> {
   static int nv(i64 Kg) { return Kg > 4 ? 2 : 1; }
 };
 
-// No hook: direct_tile stores the accumulators as they are.
-struct NoTileHook {
-  template <class Acc>
-  void operator()(Acc&) const {}
-};
-
 // One register tile: MR output pixels x NV vectors of output channels.
 //   xs[i]: the padded-NHWC address of pixel i's window corner (at its group's first channel)
 //   w:     the K block's packed weights [R][S][Cg][NV*W]
 //   ys[i]: where pixel i's channels of this block go (nullptr: tile padding, not stored)
-//   hook:  called with the accumulators (B[MR][NV]) after the reduction, before the store (the
-//          fused stage's post-op epilogue on the last channel block)
-template <class Arch, int MR, int NV, class Hook = NoTileHook>
+template <class Arch, int MR, int NV>
 void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i64 row_step, i64 col_step,
-                 const float* bias, float* const* ys, i64 valid_k, bool first, const Hook& hook = {}) {
+                 const float* bias, float* const* ys, i64 valid_k, bool first) {
   using B = fbatch<Arch>;
   constexpr int Wd = static_cast<int>(B::size);
   B acc[MR][NV];
@@ -182,7 +174,6 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
       }
     }
   }
-  hook(acc);
   if (valid_k == NV * Wd) {
     for (int i = 0; i < MR; ++i)
       if (ys[i])
