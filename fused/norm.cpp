@@ -59,7 +59,6 @@ inline namespace OPFUSE_SIMD_NS {
 using simd::fbatch;
 using simd::finish_layer;
 using simd::flush_pending;
-using simd::normalize_row;
 using simd::PendingRow;
 using simd::prefetch_line;
 using simd::RowStats;
@@ -423,6 +422,36 @@ RowStats stats_pass(bool layer, const float* x, const float* res, float* buf, fl
   return finish_layer<Arch>(buf ? buf : x, n, k, s1, s2, eps);
 }
 
+// Pass 2: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm), s * rstd * g (rmsnorm).
+template <class Arch>
+void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, i64 n, const RowStats& st,
+                   bool stream, const float* next, const float* next2) {
+  using B = fbatch<Arch>;
+  const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
+  const float k = st.shift, md = st.mean_d, r = st.rstd;
+  auto pf = [&](i64 j) {
+    prefetch_line<Arch>(next, j);
+    prefetch_line<Arch>(next2, j);
+  };
+  if (!layer) {
+    write_row<Arch>(
+        y, n, stream, [&](i64 j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
+        [&](i64 j) { return s[j] * r * g[j]; }, pf);
+  } else if (b) {
+    write_row<Arch>(
+        y, n, stream,
+        [&](i64 j) {
+          const B d = (B::load_unaligned(s + j) - vk) - vmd;
+          return xsimd::fma(d * vr, B::load_unaligned(g + j), B::load_unaligned(b + j));
+        },
+        [&](i64 j) { return ((s[j] - k) - md) * r * g[j] + b[j]; }, pf);
+  } else {
+    write_row<Arch>(
+        y, n, stream, [&](i64 j) { return ((B::load_unaligned(s + j) - vk) - vmd) * vr * B::load_unaligned(g + j); },
+        [&](i64 j) { return ((s[j] - k) - md) * r * g[j]; }, pf);
+  }
+}
+
 }  // namespace
 }  // namespace OPFUSE_SIMD_NS
 
@@ -500,15 +529,27 @@ void Softmax::operator()(Arch, const KernelArgs& args) const {
 template <class Arch>
 void Norm::operator()(Arch, const KernelArgs& args) const {
   const NormParams& p = args.desc->p<NormParams>();
-  const simd::NormRows nr = simd::norm_rows(args);
-  const bool layer = nr.layer;
-  const float *xp = nr.x, *gp = nr.g, *bp = nr.b, *rp = nr.res;
-  float *yp = nr.y, *sp = nr.sum;
-  const i64 n = nr.n, rows = nr.rows;
+  const bool layer = args.desc->op == OpKind::layernorm;
+  const bool has_bias = layer && p.has_bias;
+  // Inputs: x, scale, [bias], [residual]. Outputs: y, [sum].
+  const float* xp = args.in[0]->data();
+  const float* gp = args.in[1]->data();
+  const float* bp = has_bias ? args.in[2]->data() : nullptr;
+  const float* rp = p.has_residual ? args.in[has_bias ? 3 : 2]->data() : nullptr;
+  float* yp = args.out[0]->mutable_data();
+  float* sp = p.has_residual && p.write_sum ? args.out[1]->mutable_data() : nullptr;
+
+  const Shape& shape = args.in[0]->shape();
+  const int axis = p.axis < 0 ? p.axis + shape.rank : p.axis;
+  i64 n = 1;
+  for (int d = axis; d < shape.rank; ++d) n *= shape.dims[u(d)];
+  // simd::norm_supports(): R contiguous rows of n floats, the same row order in x, y, residual
+  // and sum, a row's element order that of scale and bias.
+  const i64 rows = shape.numel() / n;
   // Streaming (non-temporal y and sum, next rows prefetched) when y alone is large or when the
   // op's operands together exceed the last-level cache: then y cannot stay cached for a consumer.
   std::size_t moved = args.in[0]->bytes() + args.out[0]->bytes();
-  if (rp) moved += args.in[nr.res_input]->bytes() + (sp ? args.out[1]->bytes() : 0);
+  if (rp) moved += args.in[has_bias ? 3 : 2]->bytes() + (sp ? args.out[1]->bytes() : 0);
   const bool stream =
       args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes) || moved >= static_cast<std::size_t>(kLlcBytes);
   // Prefetch distance: the row 2048 floats (8 KB) ahead, at least the next one, so short rows

@@ -402,23 +402,68 @@ RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
   return finish_layer<Arch>(s, n, k, s1, s2, eps);
 }
 
+// The normalize pass of one row: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm),
+// y = s * rstd * g (rmsnorm); non-temporal stores with `stream`, `next` and `next2` (rows, or
+// null) prefetched one line per vector.
+template <class Arch>
+void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, std::int64_t n,
+                   const RowStats& st, bool stream, const float* next, const float* next2) {
+  using B = fbatch<Arch>;
+  const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
+  const float k = st.shift, md = st.mean_d, r = st.rstd;
+  auto pf = [&](std::int64_t j) {
+    prefetch_line<Arch>(next, j);
+    prefetch_line<Arch>(next2, j);
+  };
+  if (!layer) {
+    write_row<Arch>(
+        y, n, stream, [&](std::int64_t j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
+        [&](std::int64_t j) { return s[j] * r * g[j]; }, pf);
+  } else if (b) {
+    write_row<Arch>(
+        y, n, stream,
+        [&](std::int64_t j) {
+          const B d = (B::load_unaligned(s + j) - vk) - vmd;
+          return xsimd::fma(d * vr, B::load_unaligned(g + j), B::load_unaligned(b + j));
+        },
+        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j] + b[j]; }, pf);
+  } else {
+    write_row<Arch>(
+        y, n, stream,
+        [&](std::int64_t j) { return ((B::load_unaligned(s + j) - vk) - vmd) * vr * B::load_unaligned(g + j); },
+        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j]; }, pf);
+  }
+}
+
 }  // namespace
 
 template <class Arch>
 void Norm::operator()(Arch, const KernelArgs& args) const {
   const NormParams& p = args.desc->p<NormParams>();
-  const NormRows nr = norm_rows(args);
-  const bool layer = nr.layer;
-  const float *xp = nr.x, *gp = nr.g, *bp = nr.b, *rp = nr.res;
-  float *yp = nr.y, *sp = nr.sum;
-  const std::int64_t n = nr.n, rows = nr.rows;
+  const bool layer = args.desc->op == OpKind::layernorm;
+  const bool has_bias = layer && p.has_bias;
+  // Inputs: x, scale, [bias], [residual]. Outputs: y, [sum].
+  const float* xp = args.in[0]->data();
+  const float* gp = args.in[1]->data();
+  const float* bp = has_bias ? args.in[2]->data() : nullptr;
+  const float* rp = p.has_residual ? args.in[has_bias ? 3 : 2]->data() : nullptr;
+  float* yp = args.out[0]->mutable_data();
+  float* sp = p.has_residual && p.write_sum ? args.out[1]->mutable_data() : nullptr;
+
+  const Shape& shape = args.in[0]->shape();
+  const int axis = p.axis < 0 ? p.axis + shape.rank : p.axis;
+  std::int64_t n = 1;
+  for (int d = axis; d < shape.rank; ++d) n *= shape.dims[u(d)];
+  // norm_supports(): memory is R contiguous rows of n floats, in the same row order in x, y,
+  // residual and sum, and a row's element order matches scale's and bias's (dense row-major).
+  const std::int64_t rows = shape.numel() / n;
 
   // Pass 0 - the residual add as its own pass over the tensor (naive's order): s = x + residual
   // into the sum output, or into y, which the row passes then read back.
   const float* s = xp;
   if (rp) {
     float* st = sp ? sp : yp;
-    add_pass<Arch>(xp, rp, st, args.in[0]->numel(), args.threads);
+    add_pass<Arch>(xp, rp, st, shape.numel(), args.threads);
     s = st;
   }
 

@@ -1,9 +1,9 @@
 // simd/norm_kernel.hpp - the row pieces shared by the simd and fused softmax / layernorm /
 // rmsnorm kernels (simd/norm.cpp, fused/norm.cpp): the walker over rows of any layout, the row
 // writer with its non-temporal path, the NaN-propagating vector max, the L2 prefetch of the
-// next row, the pending row of softmax's row pipelining, layernorm's statistics from shifted
-// sums, a norm call's operands as rows (NormRows) and the normalize pass. Internal header of the
-// per-ISA TUs; everything lives in the ISA's inline namespace.
+// next row, the pending row of softmax's row pipelining, and layernorm's statistics from
+// shifted sums. Internal header of the per-ISA TUs;
+// everything lives in the ISA's inline namespace.
 #pragma once
 
 #ifndef OPFUSE_SIMD_ISA
@@ -15,8 +15,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "opfuse/ops.hpp"
-#include "opfuse/registry.hpp"
 #include "opfuse/tensor.hpp"
 #include "simd/common.hpp"
 
@@ -156,70 +154,6 @@ void flush_pending(PendingRow& p, std::int64_t n) {
       p.y, n, true, [&](std::int64_t k) { return B::load_unaligned(e + k) * vinv; },
       [&](std::int64_t k) { return e[k] * inv; }, [](std::int64_t) {});
   p = {};
-}
-
-// A layernorm / rmsnorm call's operands as rows. Inputs: x, scale, [bias], [residual];
-// outputs: y, [sum]. norm_supports() guarantees R contiguous rows of n floats (the dims from the
-// axis on), in the same row order in x, y, residual and sum, a row's element order that of
-// scale and bias (dense row-major).
-struct NormRows {
-  bool layer = false;
-  const float *x = nullptr, *g = nullptr, *b = nullptr, *res = nullptr;
-  float *y = nullptr, *sum = nullptr;
-  std::size_t res_input = 0;  // the residual's index in args.in (with res)
-  std::int64_t n = 1, rows = 0;
-};
-
-inline NormRows norm_rows(const KernelArgs& args) {
-  const NormParams& p = args.desc->p<NormParams>();
-  NormRows r;
-  r.layer = args.desc->op == OpKind::layernorm;
-  const bool has_bias = r.layer && p.has_bias;
-  r.x = args.in[0]->data();
-  r.g = args.in[1]->data();
-  r.b = has_bias ? args.in[2]->data() : nullptr;
-  r.res_input = has_bias ? 3 : 2;
-  r.res = p.has_residual ? args.in[r.res_input]->data() : nullptr;
-  r.y = args.out[0]->mutable_data();
-  r.sum = p.has_residual && p.write_sum ? args.out[1]->mutable_data() : nullptr;
-  const Shape& shape = args.in[0]->shape();
-  const int axis = p.axis < 0 ? p.axis + shape.rank : p.axis;
-  for (int d = axis; d < shape.rank; ++d) r.n *= shape.dims[static_cast<std::size_t>(d)];
-  r.rows = shape.numel() / r.n;
-  return r;
-}
-
-// The normalize pass of one row: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm),
-// y = s * rstd * g (rmsnorm); non-temporal stores with `stream`, `next` and `next2` (rows, or
-// null) prefetched one line per vector.
-template <class Arch>
-void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, std::int64_t n,
-                   const RowStats& st, bool stream, const float* next, const float* next2) {
-  using B = fbatch<Arch>;
-  const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
-  const float k = st.shift, md = st.mean_d, r = st.rstd;
-  auto pf = [&](std::int64_t j) {
-    prefetch_line<Arch>(next, j);
-    prefetch_line<Arch>(next2, j);
-  };
-  if (!layer) {
-    write_row<Arch>(
-        y, n, stream, [&](std::int64_t j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
-        [&](std::int64_t j) { return s[j] * r * g[j]; }, pf);
-  } else if (b) {
-    write_row<Arch>(
-        y, n, stream,
-        [&](std::int64_t j) {
-          const B d = (B::load_unaligned(s + j) - vk) - vmd;
-          return xsimd::fma(d * vr, B::load_unaligned(g + j), B::load_unaligned(b + j));
-        },
-        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j] + b[j]; }, pf);
-  } else {
-    write_row<Arch>(
-        y, n, stream,
-        [&](std::int64_t j) { return ((B::load_unaligned(s + j) - vk) - vmd) * vr * B::load_unaligned(g + j); },
-        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j]; }, pf);
-  }
 }
 
 }  // namespace OPFUSE_SIMD_NS
