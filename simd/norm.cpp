@@ -34,6 +34,11 @@
 //          computes (two row buffers alternate). 4096 x 4096 (64 MiB), one thread, medians of 5
 //          in one session: 6.6 - 7.0 ms per-row passes, 5.2 - 6.0 ms pipelined (relu over the
 //          same 64 MiB: 3.9 - 4.3 ms). Both stages do it; fused/norm.cpp has the rest.
+//          Streaming layernorm / rmsnorm rows pace their prefetch (RowPrefetch in
+//          simd/norm_kernel.hpp): the rows ahead are requested a line every other vector through
+//          both passes, statistics and normalize, instead of all during the normalize pass,
+//          which left DRAM idle while the statistics pass ran from L2 (layernorm 4096 x 4096:
+//          7.1 -> 5.3 ms, medians of 6 A/B pairs in one session).
 //          (Tried and dropped: the next row's max or statistics pass merged into this row's
 //          store pass - slower than per-row passes on this Zen 4, the max pass being a read
 //          stream itself; and softmax without its exp at all ran only ~5% faster before the
@@ -348,10 +353,10 @@ void add_pass(const float* x, const float* res, float* s, std::int64_t count, in
 //   sum(d^2) / (n var) = 1 + (mean - k)^2 / var; above 4 (s[0] more than sqrt(3) standard
 //   deviations from the mean) the variance is recomputed around the mean (s is in L1 then).
 // rmsnorm: 1/sqrt(mean(s^2) + eps).
-// `next` (or null) is prefetched along the way.
+// tick() runs once per vector (the rows ahead prefetched along the way).
 
-template <class Arch>
-RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
+template <class Arch, class Tick>
+RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps, Tick tick) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
   const float fn = static_cast<float>(n);
@@ -360,6 +365,7 @@ RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
     B a0(0.f), a1(0.f), a2(0.f), a3(0.f);
     std::int64_t j = 0;
     for (; j + 4 * W <= n; j += 4 * W) {
+      tick(), tick(), tick(), tick();
       const B v0 = B::load_unaligned(s + j), v1 = B::load_unaligned(s + j + W);
       const B v2 = B::load_unaligned(s + j + 2 * W), v3 = B::load_unaligned(s + j + 3 * W);
       a0 = xsimd::fma(v0, v0, a0);
@@ -368,6 +374,7 @@ RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
       a3 = xsimd::fma(v3, v3, a3);
     }
     for (; j + W <= n; j += W) {
+      tick();
       const B v = B::load_unaligned(s + j);
       a0 = xsimd::fma(v, v, a0);
     }
@@ -381,6 +388,7 @@ RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
   B a0(0.f), a1(0.f), q0(0.f), q1(0.f);
   std::int64_t j = 0;
   for (; j + 2 * W <= n; j += 2 * W) {
+    tick(), tick();
     const B d0 = B::load_unaligned(s + j) - vk, d1 = B::load_unaligned(s + j + W) - vk;
     a0 += d0;
     a1 += d1;
@@ -388,6 +396,7 @@ RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
     q1 = xsimd::fma(d1, d1, q1);
   }
   if (j + W <= n) {
+    tick();
     const B d = B::load_unaligned(s + j) - vk;
     a0 += d;
     q0 = xsimd::fma(d, d, q0);
@@ -403,18 +412,14 @@ RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps) {
 }
 
 // The normalize pass of one row: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm),
-// y = s * rstd * g (rmsnorm); non-temporal stores with `stream`, `next` and `next2` (rows, or
-// null) prefetched one line per vector.
-template <class Arch>
+// y = s * rstd * g (rmsnorm); non-temporal stores with `stream`; tick() once per vector.
+template <class Arch, class Tick>
 void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, std::int64_t n,
-                   const RowStats& st, bool stream, const float* next, const float* next2) {
+                   const RowStats& st, bool stream, Tick tick) {
   using B = fbatch<Arch>;
   const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
   const float k = st.shift, md = st.mean_d, r = st.rstd;
-  auto pf = [&](std::int64_t j) {
-    prefetch_line<Arch>(next, j);
-    prefetch_line<Arch>(next2, j);
-  };
+  auto pf = [&](std::int64_t) { tick(); };
   if (!layer) {
     write_row<Arch>(
         y, n, stream, [&](std::int64_t j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
@@ -470,15 +475,17 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
   // Streaming when y is large. (Not by the operands' total, as fused does: with a residual, y
   // holds s from pass 0, and non-temporal stores over those dirty cached lines measured slower.)
   const bool stream = args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes);
-  const std::int64_t pfr = (2048 + n - 1) / n;  // prefetch the row >= 2048 floats ahead
+  const std::int64_t pfr = (2048 + n - 1) / n;  // prefetch the rows >= 2048 floats ahead
   parallel_for(rows, args.threads, n >= 4096 ? 1 : 4096 / n, [&](std::int64_t rb, std::int64_t re) {
+    // Streaming: the rows pfr ahead flow into L2 through both passes of each row.
+    RowPrefetch<Arch> ahead = stream ? RowPrefetch<Arch>(s, (rb + pfr) * n, re * n, 2) : RowPrefetch<Arch>();
+    auto tick = [&] { ahead.tick(); };
     for (std::int64_t r = rb; r < re; ++r) {
       const float* row = s + r * n;
       // Pass 1 - the row statistics (layernorm: mean and variance; rmsnorm: mean square).
-      const RowStats st = row_stats<Arch>(layer, row, n, p.epsilon);
-      // Pass 2 - normalize from L1. Streaming: non-temporal stores, the next row prefetched.
-      const float* next = stream && r + pfr < re ? row + pfr * n : nullptr;
-      normalize_row<Arch>(layer, row, gp, bp, yp + r * n, n, st, stream, next, nullptr);
+      const RowStats st = row_stats<Arch>(layer, row, n, p.epsilon, tick);
+      // Pass 2 - normalize from L1. Streaming: non-temporal stores.
+      normalize_row<Arch>(layer, row, gp, bp, yp + r * n, n, st, stream, tick);
     }
     if (stream) _mm_sfence();  // order the non-temporal stores before the threads join
   });

@@ -96,6 +96,30 @@ inline void prefetch_line(const float* p, std::int64_t j) {
   if (p && (W >= 16 || j % 16 == 0)) __builtin_prefetch(p + j, 0, 2);
 }
 
+// The rows ahead of a streaming norm, prefetched into L2 (prefetcht1) at the pace the kernel
+// consumes them: tick() runs once per vector of every pass over a row and requests the next
+// 64-byte line every `every` = passes x 16 / W ticks, so a row's n floats are requested while
+// its own passes run and the DRAM read stream never idles. Prefetching the next row only
+// during the last (normalize) pass left it idle through the statistics pass: layernorm 4096 x
+// 4096 (simd) went from 7.1 to 5.3 ms, rmsnorm from 6.2 to 5.4 ms (medians of 6 A/B pairs).
+template <class Arch>
+struct RowPrefetch {
+  const float* base = nullptr;
+  std::int64_t at = 0, end = 0;  // the next line to request and the end, in floats from base
+  int every = 1, count = 0;
+
+  RowPrefetch() = default;
+  RowPrefetch(const float* base_, std::int64_t from, std::int64_t to, int passes)
+      : base(base_), at(from), end(to), every(passes * 16 / static_cast<int>(fbatch<Arch>::size)) {}
+
+  void tick() {
+    if (++count < every) return;
+    count = 0;
+    if (at < end) __builtin_prefetch(base + at, 0, 2);
+    at += 16;
+  }
+};
+
 // A row's statistics: layernorm keeps the shift k (a sample of the row, s[0]), the mean of
 // d = s - k and 1/sqrt(var + eps); rmsnorm 1/sqrt(mean(s^2) + eps) in rstd.
 struct RowStats {
