@@ -1,6 +1,8 @@
 // bench/roofline.cpp - the roofline probe (see roofline.hpp).
 #include "roofline.hpp"
 
+#include "opfuse/tensor.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -59,17 +61,18 @@ double measure_peak(const FmaLoop& loop, int threads, double target_s) {
   return static_cast<double>(threads) * static_cast<double>(iters) * loop.flops_per_iter / best * 1e-9;
 }
 
+// The arrays come from opfuse's own allocator (alloc_buffer: huge pages for large buffers), as
+// the benchmarked tensors do, so the probe's bandwidth and theirs are measured on equal terms.
 struct FloatArray {
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(float* p) const { opfuse::free_buffer(p); }
   };
   std::unique_ptr<float, Free> p;
   float* get() const { return p.get(); }
 };
 
 FloatArray alloc_floats(std::size_t n) {
-  const std::size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-  return {std::unique_ptr<float, FloatArray::Free>(static_cast<float*>(std::aligned_alloc(64, bytes)))};
+  return {std::unique_ptr<float, FloatArray::Free>(opfuse::alloc_buffer(n * sizeof(float)))};
 }
 
 // STREAM's copy and triad kernels; static scheduling gives every thread the same contiguous

@@ -13,7 +13,7 @@ namespace opfuse {
 
 namespace {
 struct AlignedFree {
-  void operator()(float* p) const noexcept { std::free(p); }
+  void operator()(float* p) const noexcept { free_buffer(p); }
 };
 
 Status op_error(StatusCode code, const OpDesc& d, const std::string& msg) {
@@ -127,7 +127,7 @@ Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, co
         if (floats > (SIZE_MAX - kAlignment) / sizeof(float))
           return op_error(StatusCode::out_of_memory, desc, fmt::format("workspace of {} floats is too large", floats));
         const std::size_t bytes = (floats * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
-        auto* p = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+        float* p = alloc_buffer(bytes);
         if (!p)
           return op_error(StatusCode::out_of_memory, desc,
                           fmt::format("cannot allocate a {}-byte workspace for {}", bytes, kernel.name));

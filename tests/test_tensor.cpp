@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -16,6 +18,38 @@ namespace {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 // ---- Status and Result -------------------------------------------------------------------
+
+// alloc_buffer: 64-byte aligned always; 2 MiB aligned from 2 MiB up on Linux (the huge-page
+// policy; OPFUSE_HUGEPAGES=0 in the environment turns it off, and then this test only checks
+// the 64-byte alignment). Every byte is writable, and owning tensors use it.
+TEST(AllocBuffer, AlignedAndLargeBuffersOnHugePageBoundaries) {
+  const char* env = std::getenv("OPFUSE_HUGEPAGES");
+  const bool huge = !(env && std::string(env) == "0");
+  for (std::size_t bytes : {std::size_t{4}, std::size_t{100}, std::size_t{1} << 20, (std::size_t{2} << 20) - 64,
+                            std::size_t{2} << 20, (std::size_t{3} << 20) + 12}) {
+    float* p = alloc_buffer(bytes);
+    ASSERT_NE(p, nullptr) << bytes;
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    EXPECT_EQ(addr % kAlignment, 0u) << bytes;
+#ifdef __linux__
+    if (huge && bytes >= (std::size_t{2} << 20)) {
+      EXPECT_EQ(addr % (std::size_t{2} << 20), 0u) << bytes;
+    }
+#endif
+    std::memset(p, 0x5a, bytes);
+    EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[bytes - 1], 0x5a);
+    free_buffer(p);
+  }
+  auto t = Tensor::create(Shape{1024, 1024});  // 4 MiB
+  ASSERT_TRUE(t);
+#ifdef __linux__
+  if (huge) {
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t->data()) % (std::size_t{2} << 20), 0u);
+  }
+#endif
+  EXPECT_EQ(t->data()[t->numel() - 1], 0.f);                                      // zero-filled
+  EXPECT_EQ(alloc_buffer(std::numeric_limits<std::size_t>::max() - 8), nullptr);  // overflow: null, no throw
+}
 
 TEST(Status, DefaultIsOk) {
   Status s;
