@@ -429,10 +429,19 @@ RowStats stats_pass(bool layer, const float* x, const float* res, float* buf, fl
 // once per vector (prefetches).
 template <class Arch, class PF>
 void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, i64 n, const RowStats& st,
-                   bool stream, PF pf) {
+                   bool stream, PF pf_next) {
   using B = fbatch<Arch>;
   const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
   const float k = st.shift, md = st.mean_d, r = st.rstd;
+  // Rows whose scale and bias, with the row, overflow L1: those prefetched into L1 ahead.
+  const bool far = layer && n >= 2048;
+  const float* gl1 = far ? g : nullptr;
+  const float* bl1 = far ? b : nullptr;
+  auto pf = [&](i64 j) {
+    pf_next(j);
+    simd::prefetch_l1<Arch>(gl1, j);
+    simd::prefetch_l1<Arch>(bl1, j);
+  };
   if (!layer) {
     write_row<Arch>(
         y, n, stream, [&](i64 j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },

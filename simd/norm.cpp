@@ -419,7 +419,15 @@ void normalize_row(bool layer, const float* s, const float* g, const float* b, f
   using B = fbatch<Arch>;
   const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
   const float k = st.shift, md = st.mean_d, r = st.rstd;
-  auto pf = [&](std::int64_t) { tick(); };
+  // Rows whose scale and bias, with the row, overflow L1: those prefetched into L1 ahead.
+  const bool far = n >= 2048;
+  const float* gl1 = far && layer ? g : nullptr;
+  const float* bl1 = far && layer ? b : nullptr;
+  auto pf = [&](std::int64_t j) {
+    tick();
+    prefetch_l1<Arch>(gl1, j);
+    prefetch_l1<Arch>(bl1, j);
+  };
   if (!layer) {
     write_row<Arch>(
         y, n, stream, [&](std::int64_t j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
