@@ -479,6 +479,59 @@ def targets_section(run):
     return out
 
 
+def target_ceilings(run):
+    """What bounds the fused targets that sit near or under their thresholds, from this run's
+    own figures (no typed-in numbers): the share of time fusion can act on, or the roof."""
+    R = run.results
+    lines = []
+    gcase = "128x3072x768+bias+gelu"
+    gs, gf = R.get(("gemm", gcase, 1, "simd")), R.get(("gemm", gcase, 1, "fused"))
+    gelu = R.get(("gelu", "n128_c3072", 1, "simd"))
+    ridge = run.ridge("avx512", 1) or run.ridge("avx2", 1)
+    if gs and gf and gelu:
+        share = gelu["time_ns"] / gs["time_ns"]
+        lines.append(
+            f"- `gemm/*/{gcase}`: the GEMM is compute-bound (AI {fmt_num(gs.get('ai'))} vs ridge "
+            f"{fmt_num(ridge)}). The gelu over its 128x3072 output, run on its own "
+            f"(`gelu/simd/n128_c3072/t1`), takes {fmt_time(gelu['time_ns'])} = {share:.1%} of the simd "
+            f"stage's {fmt_time(gs['time_ns'])}. Both stages compute that gelu; fusion removes only the "
+            f"post-op passes' loads and stores of C. Even a free gelu pass would give "
+            f"{1 / (1 - share):.3f}x; fused/simd is {gs['time_ns'] / gf['time_ns']:.3f}x here.")
+    acase = "b1_h12_s2048_d64"
+    a_s, a_f = R.get(("attention", acase, 1, "simd")), R.get(("attention", acase, 1, "fused"))
+    if a_s and a_f and a_s.get("pct") and a_f.get("pct"):
+        lines.append(
+            f"- `attention/*/{acase}`: compute-bound (AI {fmt_num(a_f.get('ai'))}). The fused kernel runs at "
+            f"{fmt_num(a_f['pct'])}% of the FMA roof, the simd stage at {fmt_num(a_s['pct'])}%, so fused/simd "
+            f"cannot exceed {100 / a_s['pct']:.2f}x even at 100% of the roof; it is "
+            f"{a_s['time_ns'] / a_f['time_ns']:.3f}x here.")
+    ccase = "n16777216_add_gelu_mul_relu"
+    c_s, c_f = R.get(("eltwise_chain", ccase, 1, "simd")), R.get(("eltwise_chain", ccase, 1, "fused"))
+    gelu_big = R.get(("gelu", "n512_c3072", 1, "simd"))
+    triad = run.bandwidth(1)
+    if c_s and c_f and gelu_big and triad and c_f.get("bytes_fused"):
+        gelu_ns = gelu_big["time_ns"] * 16777216 / (512 * 3072)
+        mem_ns = c_f["bytes_fused"] / triad  # bytes / (GB/s) = ns
+        floor = max(gelu_ns, mem_ns)
+        lines.append(
+            f"- `eltwise_chain/*/{ccase}`: the fused pass moves {fmt_bytes(c_f['bytes_fused'])}, "
+            f"{fmt_time(mem_ns)} at this run's triad, and its gelu alone costs about {fmt_time(gelu_ns)} "
+            f"(`gelu/simd/n512_c3072/t1`, in cache, scaled to 16M elements). Even with the two perfectly "
+            f"overlapped, fused/simd could reach {c_s['time_ns'] / floor:.2f}x; it is "
+            f"{c_s['time_ns'] / c_f['time_ns']:.3f}x here.")
+    lcase = "n4096_c768+add"
+    l_f = R.get(("layernorm", lcase, 1, "fused"))
+    if l_f and l_f.get("bytes_unfused") and l_f.get("bytes_fused"):
+        lines.append(
+            f"- `layernorm/fused/{lcase}` traffic: unfused, the residual add writes s and the norm reads it back "
+            f"({fmt_bytes(l_f['bytes_unfused'])}); fused reads x and the residual and writes y once "
+            f"({fmt_bytes(l_f['bytes_fused'])}). Those reads and that write are the op's own, so "
+            f"{100 * (1 - l_f['bytes_fused'] / l_f['bytes_unfused']):.0f}% is all any fusion of the pair can remove.")
+    if not lines:
+        return []
+    return ["### What bounds the fused targets\n", "Computed from this run's own figures.\n", *lines, ""]
+
+
 def render_markdown(run, charts, chart_note):
     ops = run.ops()
     out = ["# opfuse stage-comparison report\n",
@@ -494,6 +547,7 @@ def render_markdown(run, charts, chart_note):
         out.append(chart_note + "\n")
     out += glance_section(run, ops)
     out += targets_section(run)
+    out += target_ceilings(run)
     out += column_notes(run)
     if run.errors:
         out.append("Benchmarks that reported an error (not in the tables):\n")
