@@ -397,7 +397,8 @@ TEST(EltwiseStreaming, LargeOutputsMatchNaive) {
 // pipelining, where one row's store rides along the next row's exp pass when y is vector-
 // aligned. 1025 rows of 4096 (16.02 MiB) with y aligned to 64 bytes and shifted by 3 floats,
 // softmax (plain, and scaled with a full mask) with a row of -inf (the scalar path) and a row
-// holding a NaN between pipelined rows; every simd and fused row against naive, 2 threads.
+// holding a NaN between pipelined rows; layernorm with and without a residual (fused runs
+// different row kernels for the two); every simd and fused row against naive, 2 threads.
 TEST(NormStreaming, LargeRowsMatchNaive) {
   const Shape shape{1025, 4096};
   const std::int64_t numel = shape.numel();
@@ -413,6 +414,9 @@ TEST(NormStreaming, LargeRowsMatchNaive) {
       {OpKind::layernorm,
        ln,
        {{shape, Layout::nchw}, {Shape{4096}, Layout::nchw}, {Shape{4096}, Layout::nchw}, {shape, Layout::nchw}}});
+  descs.push_back({OpKind::layernorm,
+                   NormParams{},
+                   {{shape, Layout::nchw}, {Shape{4096}, Layout::nchw}, {Shape{4096}, Layout::nchw}}});
   NormParams rms;
   rms.has_bias = false;
   descs.push_back({OpKind::rmsnorm, rms, {{shape, Layout::nchw}, {Shape{4096}, Layout::nchw}}});
