@@ -484,10 +484,7 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
   // holds s from pass 0, and non-temporal stores over those dirty cached lines measured slower.)
   const bool stream = args.out[0]->bytes() >= static_cast<std::size_t>(kStreamBytes);
   const std::int64_t pfr = (2048 + n - 1) / n;  // prefetch the rows >= 2048 floats ahead
-  parallel_for(rows, args.threads, n >= 4096 ? 1 : 4096 / n, [&](std::int64_t rb, std::int64_t re) {
-    // Streaming: the rows pfr ahead flow into L2 through both passes of each row.
-    RowPrefetch<Arch> ahead = stream ? RowPrefetch<Arch>(s, (rb + pfr) * n, re * n, 2) : RowPrefetch<Arch>();
-    auto tick = [&] { ahead.tick(); };
+  auto run_rows = [&](std::int64_t rb, std::int64_t re, auto tick) {
     for (std::int64_t r = rb; r < re; ++r) {
       const float* row = s + r * n;
       // Pass 1 - the row statistics (layernorm: mean and variance; rmsnorm: mean square).
@@ -495,7 +492,13 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
       // Pass 2 - normalize from L1. Streaming: non-temporal stores.
       normalize_row<Arch>(layer, row, gp, bp, yp + r * n, n, st, stream, tick);
     }
-    if (stream) _mm_sfence();  // order the non-temporal stores before the threads join
+  };
+  parallel_for(rows, args.threads, n >= 4096 ? 1 : 4096 / n, [&](std::int64_t rb, std::int64_t re) {
+    if (!stream) return run_rows(rb, re, [] {});  // in cache: no prefetch bookkeeping at all
+    // Streaming: the rows pfr ahead flow into L2 through both passes of each row.
+    RowPrefetch<Arch> ahead(s, (rb + pfr) * n, re * n, 2);
+    run_rows(rb, re, [&] { ahead.tick(); });
+    _mm_sfence();  // order the non-temporal stores before the threads join
   });
 }
 
