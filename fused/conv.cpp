@@ -45,6 +45,7 @@
 #include "simd/common.hpp"
 #include "simd/conv_kernel.hpp"
 #include "simd/gemm_kernel.hpp"
+#include "simd/transpose.hpp"
 
 namespace opfuse::fused {
 inline namespace OPFUSE_SIMD_NS {
@@ -399,10 +400,7 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
     const i64 cnt = std::min(PT, npix - pb);
     for (i64 kt = 0; kt < K; kt += KT) {
       const i64 kn = std::min(KT, K - kt);
-      for (i64 k = 0; k < kn; ++k) {
-        const float* src = yt + pb * K + kt + k;
-        for (i64 px = 0; px < cnt; ++px) t[k * PT + px] = src[px * K];
-      }
+      simd::transpose_2d<Arch>(yt + pb * K + kt, K, t, PT, cnt, kn);
       if (epi.n > 0) epi.template apply_tile<Arch>(t, PT, static_cast<int>(kn), kt, a + pb, cnt);
       for (i64 k = 0; k < kn; ++k)
         std::memcpy(y + (n * K + kt + k) * PQ + a + pb, t + k * PT, static_cast<std::size_t>(cnt) * sizeof(float));

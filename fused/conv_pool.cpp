@@ -21,8 +21,8 @@
 //        kernel the rows no window reads are never computed.
 //        Max is NaN-propagating (select((v > m) | isnan(v), v, m), naive's rule). On AVX-512 the
 //        7 pixels x 4 zmm tile is inline assembly with embedded-broadcast FMAs (see
-//        tile_avx512_7x4: the one place this file leaves xsimd, and why); the layout transform
-//        of the pooled rows into NCHW y is a 16 x 16 register transpose there.
+//        tile_avx512_7x4: the one place this file leaves xsimd, and why). The layout transform
+//        of the pooled rows into NCHW y is a register transpose (simd/transpose.hpp).
 //
 // Measured (ResNet-50 stem, the opfuse-bench case
 // conv2d/<impl>/n1_c3_h224_w224_k64_r7_s2_p3+bn+relu+maxpool3s2p1: x 1x3x224x224 NCHW, w 64x3x7x7
@@ -54,6 +54,7 @@
 #include "simd/activation.hpp"
 #include "simd/common.hpp"
 #include "simd/conv_kernel.hpp"
+#include "simd/transpose.hpp"
 
 namespace opfuse::fused {
 inline namespace OPFUSE_SIMD_NS {
@@ -308,41 +309,6 @@ void conv_row(const ConvPoolGeom& g, const float* xp, const float* wp, const flo
   }
 }
 
-#if defined(__AVX512F__)
-// dst[j * ld_dst + i] = src[i * ld_src + j] for a 16 x 16 block: the NCHW store of pooled rows
-// held channels-last. Four shuffle stages (32-bit, 64-bit, two 128-bit lane stages), 64
-// shuffles per 256 floats instead of 256 scalar strided loads and stores.
-inline void transpose16(const float* src, i64 ld_src, float* dst, i64 ld_dst) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld_src);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
-    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ld_dst, r[i]);
-}
-#endif
-
 // Width pooling of one conv row: ring row qo = max over conv columns of window qo.
 template <class Arch>
 void pool_width(const ConvPoolGeom& g, i64 Kp, const float* crow, float* out) {
@@ -426,21 +392,7 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
         // (PQ x Kp) -> y[n][k][po][:], out of the L1-resident pooled row.
         const i64 plane = g.PP * g.PQ;
         float* yrow = y + n * g.K * plane + po * g.PQ;
-        i64 q0 = 0;
-#if defined(__AVX512F__)
-        if constexpr (std::is_same_v<Arch, avx512>) {  // 16 x 16 blocks through registers
-          for (; q0 + 16 <= g.PQ; q0 += 16) {
-            i64 k = 0;
-            for (; k + 16 <= g.K; k += 16) transpose16(prow + q0 * Kp + k, Kp, yrow + k * plane + q0, plane);
-            for (; k < g.K; ++k)
-              for (i64 qo = q0; qo < q0 + 16; ++qo) yrow[k * plane + qo] = prow[qo * Kp + k];
-          }
-        }
-#endif
-        for (i64 k = 0; k < g.K; ++k) {
-          float* dst = yrow + k * plane;
-          for (i64 qo = q0; qo < g.PQ; ++qo) dst[qo] = prow[qo * Kp + k];
-        }
+        simd::transpose_2d<Arch>(prow, Kp, yrow, plane, g.PQ, g.K);  // W x W blocks through registers
       }
     }
   };

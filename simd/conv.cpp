@@ -42,9 +42,10 @@
 //   7x7/2 3->64 @224 +bn+relu (direct)  79.8 / 160.3  2.01x   110.6 / 219.6  1.99x  0.72x
 //   dw 3x3 144 @56 +bn+relu6 (dw)       15.6 /  30.1  1.93x    39.3 / (noisy)        0.40x
 //   (naive ~1-2.5 GFLOP/s and Eigen 3x3 ~80 / 140 in earlier runs; not rerun here.)
-//   In nhwc_direct ~89% of the t1 time is the micro-kernel (perf), ~5% the NCHW output
-//   transpose, ~4% the padded copy, ~1% weight packing. Blocking input channels so a block's
-//   weights stay in L1 changed nothing measurable.
+//   In nhwc_direct ~94% of the 3x3 t1 time is the micro-kernel (perf), which runs at ~96% of
+//   the FMA peak in its steady state; the two layout transposes are ~3% since they go through
+//   registers (simd/transpose.hpp). As scalar strided copies they were ~14% of the call, and
+//   moving to register transposes took 3x3 64->64 @56 from 2.50 to 2.31 ms (4 A/B pairs).
 #include <algorithm>
 #include <array>
 #include <cassert>
@@ -61,7 +62,6 @@
 
 namespace opfuse::simd {
 inline namespace OPFUSE_SIMD_NS {
-
 
 // ---- the post-op chain, applied to a contiguous run of y ----------------------------------------
 
@@ -195,7 +195,6 @@ void chain_nchw_range(const Chain& ch, float* plane, i64 a, i64 b, i64 n, i64 k,
   }
 }
 
-
 // Workspace: [weights unless packed at prepare][bias G*nkb*KB][padded x][chain].
 template <class Arch>
 std::size_t direct_workspace(const OpDesc& d, float* base, float** wsw, float** wsb, float** wsx, float** wsc) {
@@ -257,18 +256,10 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
     }
   }
   if (!pl.ybuf) return;
-  // NHWC block -> NCHW rows of y, in chunks of 64 pixels so the chunk's source lines (64 x K
-  // floats) stay in L1 while every channel reads its column out of them; then the chain on the
-  // block's rows of y (RB*Q*K floats, still in L2).
+  // NHWC block (npix x K) -> NCHW rows of y (K x npix, planes PQ apart) through register
+  // transposes; then the chain on the block's rows of y (RB*Q*K floats, still in L2).
   const i64 PQ = g.P * g.Q;
-  for (i64 pb = 0; pb < npix; pb += 64) {
-    const i64 pe = std::min(npix, pb + 64);
-    for (i64 k = 0; k < K; ++k) {
-      float* dst = y + (n * K + k) * PQ + a;
-      const float* src = yt + k;
-      for (i64 pix = pb; pix < pe; ++pix) dst[pix] = src[pix * K];
-    }
-  }
+  transpose_2d<Arch>(yt, K, y + n * K * PQ + a, PQ, npix, K);
   if (ch.n > 0)
     for (i64 k = 0; k < K; ++k)
       for (i64 p = p0; p < p1; ++p) chain_run<Arch>(ch, y + (n * K + k) * PQ + p * g.Q, g.Q, n, k, p, 0, false);

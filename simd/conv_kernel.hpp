@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "simd/common.hpp"
+#include "simd/transpose.hpp"
 
 namespace opfuse::simd {
 inline namespace OPFUSE_SIMD_NS {
@@ -93,15 +94,9 @@ void pad_to_nhwc(const ConvGeom& g, const float* x, float* xp, int threads) {
       if (g.x_nhwc) {
         std::memcpy(d0, x + (n * g.H + h) * g.W * C, static_cast<std::size_t>(g.W * C) * sizeof(float));
       } else {
-        // x is (N, C, H, W): gather each pixel's channels; blocks of 16 channels keep both
-        // sides' cache lines live.
-        const float* src = x + n * C * g.H * g.W + h * g.W;
-        const i64 HW = g.H * g.W;
-        for (i64 c0 = 0; c0 < C; c0 += 16) {
-          const i64 c1 = std::min(C, c0 + 16);
-          for (i64 w = 0; w < g.W; ++w)
-            for (i64 c = c0; c < c1; ++c) d0[w * C + c] = src[c * HW + w];
-        }
+        // x is (N, C, H, W): row h of every channel (C x W, rows HW apart) transposed into
+        // the padded row's pixels (W x C).
+        transpose_2d<Arch>(x + n * C * g.H * g.W + h * g.W, g.H * g.W, d0, C, C, g.W);
       }
     }
   });

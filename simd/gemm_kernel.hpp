@@ -26,6 +26,7 @@
 
 #include "simd/common.hpp"
 #include "simd/gemm.hpp"
+#include "simd/transpose.hpp"
 
 namespace opfuse::simd {
 inline namespace OPFUSE_SIMD_NS {
@@ -193,40 +194,6 @@ struct RowTiles {
   explicit RowTiles(int64_t rows) : mc(rows), t(gemm_ceil_div(rows, GemmTile<Arch>::mr)) {}
   int64_t begin(int64_t q) const { return q * mc / t; }
 };
-
-#ifdef __AVX512F__
-// The 16 x 16 transpose of AVX-512 registers: r[i] lane j -> r[j] lane i (unpacks within 128-bit
-// lanes, then two rounds of 128-bit lane shuffles). The full-mask forms of the intrinsics compile
-// to the same instructions; the plain ones start from _mm512_undefined_ps(), which GCC 12 flags
-// as -Wuninitialized (GCC bug 105593).
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int p = 0; p < 8; ++p) {
-    t[2 * p] = _mm512_mask_unpacklo_ps(r[2 * p], 0xFFFF, r[2 * p], r[2 * p + 1]);
-    t[2 * p + 1] = _mm512_mask_unpackhi_ps(r[2 * p], 0xFFFF, r[2 * p], r[2 * p + 1]);
-  }
-  // r[4q + e], 128-bit lane L: rows 4q .. 4q + 3 of column 4L + e.
-  for (int q = 0; q < 4; ++q) {
-    const __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * q + 1]), d = _mm512_castps_pd(t[4 * q + 3]);
-    r[4 * q] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(a, 0xFF, a, b));
-    r[4 * q + 1] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(a, 0xFF, a, b));
-    r[4 * q + 2] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(c, 0xFF, c, d));
-    r[4 * q + 3] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(c, 0xFF, c, d));
-  }
-  for (int e = 0; e < 4; ++e) {
-    const __m512 v1 = _mm512_mask_shuffle_f32x4(r[e], 0xFFFF, r[e], r[4 + e], 0x44),
-                 v2 = _mm512_mask_shuffle_f32x4(r[e], 0xFFFF, r[e], r[4 + e], 0xEE);
-    const __m512 w1 = _mm512_mask_shuffle_f32x4(r[8 + e], 0xFFFF, r[8 + e], r[12 + e], 0x44);
-    const __m512 w2 = _mm512_mask_shuffle_f32x4(r[8 + e], 0xFFFF, r[8 + e], r[12 + e], 0xEE);
-    t[e] = _mm512_mask_shuffle_f32x4(v1, 0xFFFF, v1, w1, 0x88);
-    t[4 + e] = _mm512_mask_shuffle_f32x4(v1, 0xFFFF, v1, w1, 0xDD);
-    t[8 + e] = _mm512_mask_shuffle_f32x4(v2, 0xFFFF, v2, w2, 0x88);
-    t[12 + e] = _mm512_mask_shuffle_f32x4(v2, 0xFFFF, v2, w2, 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-#endif
 
 // A block: rows [i0, i0 + mc) x k [k0, k0 + kc) of op(A) into one micro-panel per row tile,
 // each kc x mr (k-major: the values the micro-kernel broadcasts at one k step are adjacent).

@@ -1,0 +1,135 @@
+// simd/transpose.hpp - float matrix transposes through registers (internal header).
+//
+// Layout changes at an op's boundary (NCHW <-> NHWC around the direct convolution, packing A
+// for the GEMM) are transposes. Done one float at a time they are strided scalar loads and
+// stores: measured on the 3x3 64->64 @56 convolution, the two NCHW <-> NHWC copies took ~14% of
+// the call at ~5 GB/s. Here a W x W block (W = the ISA's lanes: 16, 8 or 4) is loaded as W
+// vectors, transposed with log2(W) + 1 shuffle stages and stored as W vectors.
+//
+// Included only by the per-ISA translation units; everything lives in the ISA's namespace.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "simd/common.hpp"
+
+namespace opfuse::simd {
+inline namespace OPFUSE_SIMD_NS {
+
+#ifdef __AVX512F__
+// The 16 x 16 transpose of AVX-512 registers: r[i] lane j -> r[j] lane i (unpacks within 128-bit
+// lanes, then two rounds of 128-bit lane shuffles). The full-mask forms of the intrinsics compile
+// to the same instructions; the plain ones start from _mm512_undefined_ps(), which GCC 12 flags
+// as -Wuninitialized (GCC bug 105593).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = _mm512_mask_unpacklo_ps(r[2 * p], 0xFFFF, r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_mask_unpackhi_ps(r[2 * p], 0xFFFF, r[2 * p], r[2 * p + 1]);
+  }
+  // r[4q + e], 128-bit lane L: rows 4q .. 4q + 3 of column 4L + e.
+  for (int q = 0; q < 4; ++q) {
+    const __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * q + 1]), d = _mm512_castps_pd(t[4 * q + 3]);
+    r[4 * q] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(a, 0xFF, a, b));
+    r[4 * q + 1] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(a, 0xFF, a, b));
+    r[4 * q + 2] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(c, 0xFF, c, d));
+    r[4 * q + 3] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(c, 0xFF, c, d));
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512 v1 = _mm512_mask_shuffle_f32x4(r[e], 0xFFFF, r[e], r[4 + e], 0x44),
+                 v2 = _mm512_mask_shuffle_f32x4(r[e], 0xFFFF, r[e], r[4 + e], 0xEE);
+    const __m512 w1 = _mm512_mask_shuffle_f32x4(r[8 + e], 0xFFFF, r[8 + e], r[12 + e], 0x44);
+    const __m512 w2 = _mm512_mask_shuffle_f32x4(r[8 + e], 0xFFFF, r[8 + e], r[12 + e], 0xEE);
+    t[e] = _mm512_mask_shuffle_f32x4(v1, 0xFFFF, v1, w1, 0x88);
+    t[4 + e] = _mm512_mask_shuffle_f32x4(v1, 0xFFFF, v1, w1, 0xDD);
+    t[8 + e] = _mm512_mask_shuffle_f32x4(v2, 0xFFFF, v2, w2, 0x88);
+    t[12 + e] = _mm512_mask_shuffle_f32x4(v2, 0xFFFF, v2, w2, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+#endif
+
+#ifdef __AVX2__
+// The 8 x 8 transpose of AVX registers: 32-bit and 64-bit unpacks within 128-bit lanes, then one
+// 128-bit lane permute.
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8];
+  for (int p = 0; p < 4; ++p) {
+    t[2 * p] = _mm256_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm256_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+  }
+  for (int q = 0; q < 2; ++q) {
+    const __m256d a = _mm256_castps_pd(t[4 * q]), b = _mm256_castps_pd(t[4 * q + 2]);
+    const __m256d c = _mm256_castps_pd(t[4 * q + 1]), d = _mm256_castps_pd(t[4 * q + 3]);
+    r[4 * q] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, b));
+    r[4 * q + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, b));
+    r[4 * q + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(c, d));
+    r[4 * q + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(c, d));
+  }
+  // r[4q + e], 128-bit lane L: rows 4q .. 4q + 3 of column 4L + e.
+  for (int e = 0; e < 4; ++e) {
+    t[e] = _mm256_permute2f128_ps(r[e], r[4 + e], 0x20);
+    t[4 + e] = _mm256_permute2f128_ps(r[e], r[4 + e], 0x31);
+  }
+  for (int i = 0; i < 8; ++i) r[i] = t[i];
+}
+#endif
+
+// dst[j * ld_dst + i] = src[i * ld_src + j] for one W x W block, W = fbatch<Arch>::size.
+template <class Arch>
+inline void transpose_block(const float* src, std::int64_t ld_src, float* dst, std::int64_t ld_dst) {
+  constexpr int W = static_cast<int>(fbatch<Arch>::size);
+#ifdef __AVX512F__
+  if constexpr (W == 16) {
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld_src);
+    transpose16(r);
+    for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ld_dst, r[i]);
+    return;
+  }
+#endif
+#ifdef __AVX2__
+  if constexpr (W == 8) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld_src);
+    transpose8(r);
+    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ld_dst, r[i]);
+    return;
+  }
+#endif
+  if constexpr (W == 4) {
+    __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + ld_src), r2 = _mm_loadu_ps(src + 2 * ld_src),
+           r3 = _mm_loadu_ps(src + 3 * ld_src);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    _mm_storeu_ps(dst, r0);
+    _mm_storeu_ps(dst + ld_dst, r1);
+    _mm_storeu_ps(dst + 2 * ld_dst, r2);
+    _mm_storeu_ps(dst + 3 * ld_dst, r3);
+  } else {
+    for (int i = 0; i < W; ++i)
+      for (int j = 0; j < W; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+  }
+}
+
+// dst[j * ld_dst + i] = src[i * ld_src + j] for i < rows, j < cols: W x W blocks through
+// registers, the edges one float at a time. Row-block outer, so a block row of src (W rows)
+// stays in L1 while its columns are written out.
+template <class Arch>
+void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_t ld_dst, std::int64_t rows,
+                  std::int64_t cols) {
+  constexpr std::int64_t W = fbatch<Arch>::size;
+  std::int64_t i = 0;
+  for (; i + W <= rows; i += W) {
+    std::int64_t j = 0;
+    for (; j + W <= cols; j += W) transpose_block<Arch>(src + i * ld_src + j, ld_src, dst + j * ld_dst + i, ld_dst);
+    for (; j < cols; ++j)
+      for (std::int64_t u = i; u < i + W; ++u) dst[j * ld_dst + u] = src[u * ld_src + j];
+  }
+  for (; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+}
+
+}  // namespace OPFUSE_SIMD_NS
+}  // namespace opfuse::simd
