@@ -243,6 +243,11 @@ void conv_cases(Cases& c, Rng& rng) {
   // Output channels around the 16/32/64 tiles; input channels not a multiple of 16.
   for (std::int64_t k : {15, 16, 17, 31, 32, 33, 63, 64, 65}) c.add(conv({1, 16, 6, 6, k, 3, 3, 1, 1}));
   c.add(conv({1, 17, 5, 5, 33, 3, 3, 1, 1}));
+  // More input channels than one weight block of the direct kernel (simd::direct_cblock: 128,
+  // 256 and 512 channels on AVX-512, AVX2 and SSE2 here): the later blocks continue from the
+  // partial sums stored in y, the epilogue runs after the last.
+  c.add(conv({1, 520, 5, 5, 20, 3, 3, 1, 1}, true));
+  c.add(conv({1, 520, 5, 5, 20, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu));
   // NHWC.
   c.add(conv({1, 16, 7, 7, 32, 1, 1, 1, 0, 1, 1, kNhwc}));
   c.add(conv({1, 3, 13, 13, 16, 3, 3, 2, 1, 1, 1, kNhwc}), kUnaligned);
