@@ -1,4 +1,5 @@
-// simd/transpose.hpp - float matrix transposes through registers (internal header).
+// simd/transpose.hpp - float matrix transposes and strided copies through registers (internal
+// header).
 //
 // Layout changes at an op's boundary (NCHW <-> NHWC around the direct convolution, packing A
 // for the GEMM) are transposes. Done one float at a time they are strided scalar loads and
@@ -129,6 +130,37 @@ void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_
   }
   for (; i < rows; ++i)
     for (std::int64_t j = 0; j < cols; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+}
+
+// dst[t] = src[2 t] for t < cnt, where src[0 .. avail) may be read: the even elements of a run
+// (the column phases of a stride-2 convolution's input row). Two vectors in, one out, through
+// a two-source permute (AVX-512), in-lane shuffles plus a 64-bit permute (AVX2) or one shuffle
+// (SSE2); the rest one float at a time.
+template <class Arch>
+void copy_stride2(const float* src, std::int64_t avail, float* dst, std::int64_t cnt) {
+  constexpr std::int64_t W = fbatch<Arch>::size;
+  std::int64_t t = 0;
+#ifdef __AVX512F__
+  if constexpr (W == 16) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (; t + W <= cnt && 2 * (t + W) <= avail; t += W)
+      _mm512_storeu_ps(dst + t,
+                       _mm512_permutex2var_ps(_mm512_loadu_ps(src + 2 * t), even, _mm512_loadu_ps(src + 2 * t + W)));
+  }
+#endif
+#ifdef __AVX2__
+  if constexpr (W == 8) {
+    for (; t + W <= cnt && 2 * (t + W) <= avail; t += W) {
+      const __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(src + 2 * t), _mm256_loadu_ps(src + 2 * t + W), 0x88);
+      _mm256_storeu_ps(dst + t, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+    }
+  }
+#endif
+  if constexpr (W == 4) {
+    for (; t + W <= cnt && 2 * (t + W) <= avail; t += W)
+      _mm_storeu_ps(dst + t, _mm_shuffle_ps(_mm_loadu_ps(src + 2 * t), _mm_loadu_ps(src + 2 * t + W), 0x88));
+  }
+  for (; t < cnt; ++t) dst[t] = src[2 * t];
 }
 
 }  // namespace OPFUSE_SIMD_NS

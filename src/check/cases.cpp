@@ -240,6 +240,10 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 8, 7, 7, 12, 3, 3, 1, 1, 1, 2}));
   c.add(conv({1, 16, 13, 13, 16, 3, 3, 1, 1, 1, 16}));
   c.add(conv({2, 17, 12, 12, 17, 3, 3, 2, 1, 1, 17}, true));
+  // Stride-2 depthwise rows long enough for the vector deinterleave of every ISA, odd and even
+  // widths, with and without padding.
+  c.add(conv({1, 8, 37, 37, 8, 3, 3, 2, 1, 1, 8}, true, {PostOp::batchnorm(), act(Activation::relu6())}));
+  c.add(conv({1, 8, 36, 70, 8, 3, 3, 2, 0, 1, 8}));
   // Output channels around the 16/32/64 tiles; input channels not a multiple of 16.
   for (std::int64_t k : {15, 16, 17, 31, 32, 33, 63, 64, 65}) c.add(conv({1, 16, 6, 6, k, 3, 3, 1, 1}));
   c.add(conv({1, 17, 5, 5, 33, 3, 3, 1, 1}));
@@ -260,6 +264,14 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 16, 6, 6, 24, 1, 1}, true, {act(ActKind::silu)}));
   c.add(conv({1, 16, 9, 9, 16, 3, 3, 2, 1, 1, 16}, false, {PostOp::batchnorm(), act(Activation::relu6())}));
   c.add(conv({2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu, {{1, 16, 1, 1}}));
+  // Binary operands over the (p, q) plane in NCHW: varying along the rows only (the chain runs
+  // row by row) and a dense plane broadcast over channels (rows merged into one run), each for
+  // the depthwise, direct and 1x1 kernels.
+  for (const Shape& o : {Shape{1, 1, 9, 1}, Shape{9, 9}}) {
+    c.add(conv({2, 16, 9, 9, 16, 3, 3, 1, 1, 1, 16}, true, {PostOp::add(), act(ActKind::relu)}, {o}));
+    c.add(conv({1, 8, 9, 9, 16, 3, 3, 1, 1}, false, {PostOp::add()}, {o}));
+    c.add(conv({1, 16, 9, 9, 24, 1, 1}, false, {PostOp::batchnorm(), PostOp::add()}, {o}));
+  }
   c.add(conv({1, 8, 5, 5, 16, 3, 3, 1, 1, 1, 1, kNhwc}, false, bn_add_relu), kUnaligned);
   // Weights bound at prepare (transformed once), and problems big enough for threaded paths.
   c.add(conv({1, 8, 7, 7, 16, 3, 3, 1, 1}, true, bn_add_relu), kConst);
