@@ -470,143 +470,24 @@ void gemm_execute(const KernelArgs& args, GemmState* st, float* ws) {
 
 // ---- depthwise ------------------------------------------------------------------------------------
 
-struct DwState {
-  std::vector<i64> tap_offset;  // NCHW: where tap (r, s) starts in the phase-split plane
-  AlignedFloats weights;        // NHWC: [R][S][C], packed at prepare when w is bound
-  bool packed = false;
-  AlignedFloats planes;  // one phase-split padded plane per thread (NCHW)
-  i64 plane_floats = 0;
-  int slots = 1;
-};
-
-struct DwPlane {
-  i64 Hp, rows_stride, Wj;  // padded rows; floats per phase row; columns per phase
-};
-
-template <class Arch>
-DwPlane dw_plane(const ConvGeom& g) {
-  constexpr i64 Wd = fbatch<Arch>::size;
-  DwPlane pl{};
-  pl.Hp = g.H + g.pt + g.pb;
-  const i64 Wp = g.W + g.pl + g.pr;
-  pl.Wj = (Wp + g.sw - 1) / g.sw;
-  // Vector loads (four at a time) run up to 4*Wd - 1 columns past the last output: pad rows.
-  pl.rows_stride = round_up(std::max(pl.Wj, g.Q + (g.dw * (g.S - 1)) / g.sw) + 4 * Wd, 16);
-  return pl;
-}
-
-// dst[0, n) = src[0, n), inline: n is a register here (as a lambda capture it was reloaded
-// after every vector store, which may alias anything).
-template <class Arch>
-inline void copy_floats(const float* src, float* dst, i64 n) {
-  using B = fbatch<Arch>;
-  constexpr i64 Wd = B::size;
-  i64 j = 0;
-  for (; j + Wd <= n; j += Wd) B::load_unaligned(src + j).store_unaligned(dst + j);
-  for (; j < n; ++j) dst[j] = src[j];
-}
-
-// NV vectors of one output row of a depthwise plane: out[0, valid) = wb + sum over taps t of
-// wt[t] * in[toff[t] + q]. With `whole`, the last vector is stored in full even past `valid`.
-template <class Arch, int NV>
-inline void dw_chunk(const float* in, const i64* toff, const float* wt, i64 taps, float wb, float* out, i64 valid,
-                     bool whole) {
-  using B = fbatch<Arch>;
-  constexpr i64 Wd = B::size;
-  B acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = B(wb);
-  for (i64 t = 0; t < taps; ++t) {
-    const B wv(wt[t]);
-    const float* xr = in + toff[t];
-    for (int v = 0; v < NV; ++v) acc[v] = xsimd::fma(wv, B::load_unaligned(xr + v * Wd), acc[v]);
-  }
-  for (int v = 0; v < NV - 1; ++v) acc[v].store_unaligned(out + v * Wd);
-  if (whole || valid == NV * Wd) {
-    acc[NV - 1].store_unaligned(out + (NV - 1) * Wd);
-  } else {
-    alignas(64) float tmp[Wd];
-    acc[NV - 1].store_aligned(tmp);
-    for (i64 l = 0; l < valid - (NV - 1) * Wd; ++l) out[(NV - 1) * Wd + l] = tmp[l];
-  }
-}
-
+// NCHW: simd/conv_kernel.hpp's dw_nchw_run with the plane's own taps and bias, and the chain
+// over each run of ~512 outputs just stored.
 template <class Arch>
 void dw_nchw(const KernelArgs& args, DwState* st, const Chain& ch) {
-  using B = fbatch<Arch>;
-  constexpr i64 Wd = B::size;
   const OpDesc& d = *args.desc;
   const ConvGeom g = conv_geom(d);
-  const DwPlane pl = dw_plane<Arch>(g);
-  const i64 HW = g.H * g.W, PQ = g.P * g.Q, C = g.C;
-  const float* x = args.in[0]->data();
   const float* w = args.in[1]->data();
   const float* bias = d.p<Conv2dParams>().has_bias ? args.in[2]->data() : nullptr;
-  float* y = args.out[0]->mutable_data();
-  const i64 phase_floats = pl.Hp * pl.rows_stride;
-  const i64 P = g.P, Q = g.Q, H = g.H, Win = g.W, padl = g.pl, sh = g.sh, sw = g.sw, rs = pl.rows_stride;
-  const i64 taps = g.R * g.S;
-  const i64* toff = st->tap_offset.data();
-  // The chain runs every `crows` rows (~512 outputs, rows merged), on outputs still in L1:
-  // per whole plane it measured slower once the stride-2 input plane evicted them.
-  const i64 crows = std::max<i64>(1, 512 / Q);
-  const auto work = [&](i64 b, i64 e, float* buf) {
-    std::memset(buf, 0, static_cast<std::size_t>(st->plane_floats) * sizeof(float));
-    float* wt = buf + st->plane_floats - round_up(g.R * g.S, 16);  // this plane's taps
-    for (i64 task = b; task < e; ++task) {
-      const i64 n = task / C, c = task % C;
-      const float* src = x + (n * C + c) * HW;
-      // Padded column j*sw + f of row h goes to phase f, column j; padding stays zero.
-      for (i64 h = 0; h < H; ++h) {
-        float* row = buf + (h + g.pt) * rs;
-        const float* srow = src + h * Win;
-        if (sw == 1) {  // inline: a libc memcpy call per 56-float row was ~18% of the kernel
-          copy_floats<Arch>(srow, row + padl, Win);
-          continue;
-        }
-        for (i64 f = 0; f < sw; ++f) {
-          // Padded columns f, f + sw, ... that hold real data: col = j*sw + f - pl in [0, W).
-          const i64 j0 = f >= padl ? 0 : (padl - f + sw - 1) / sw;
-          const i64 col0 = j0 * sw + f - padl;
-          if (col0 >= Win) continue;
-          float* dst = row + f * phase_floats;
-          const i64 cnt = (Win - col0 + sw - 1) / sw;
-          if (sw == 2) {  // vector deinterleave: a scalar strided copy was most of the s2 kernel
-            copy_stride2<Arch>(srow + col0, Win - col0, dst + j0, cnt);
-            continue;
-          }
-          for (i64 j = j0, col = col0; col < Win; ++j, col += sw) dst[j] = srow[col];
-        }
-      }
-      for (i64 t = 0; t < taps; ++t) wt[t] = w[c * g.ws[0] + (t / g.S) * g.ws[2] + (t % g.S) * g.ws[3]];
-      const float wb = bias ? bias[c] : 0.f;
-      float* dst = y + (n * C + c) * PQ;
-      for (i64 p = 0; p < P; ++p) {
-        const float* in_row = buf + p * sh * rs;
-        float* out = dst + p * Q;
-        // Up to four vectors of outputs at a time, as many as the row needs (a 28-wide row is two
-        // AVX-512 vectors, not four); a row's last vector is stored whole when it stays inside
-        // the plane (it spills into the next rows, which are written after it).
-        for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
-          const i64 valid = std::min(4 * Wd, Q - q0);
-          const bool whole = p * Q + q0 + 4 * Wd <= PQ;
-          switch ((valid + Wd - 1) / Wd) {
-            case 1: dw_chunk<Arch, 1>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole); break;
-            case 2: dw_chunk<Arch, 2>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole); break;
-            case 3: dw_chunk<Arch, 3>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole); break;
-            default: dw_chunk<Arch, 4>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole); break;
-          }
-        }
-        if ((p + 1) % crows == 0 || p + 1 == P) {
-          const i64 p0 = p + 1 - ((p + 1) % crows == 0 ? crows : (p + 1) % crows);
-          chain_nchw_range<Arch>(ch, dst, p0 * Q, (p + 1) * Q, n, c, Q);
-        }
-      }
-      // The padding stays zero for the next plane: only real columns are ever written.
-    }
-  };
-  const i64 ntasks = g.N * C;
-  const int t = std::min(team_size(args.threads), st->slots);
-  parallel_tid(ntasks, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * st->plane_floats); });
+  const i64 taps = g.R * g.S, S = g.S, Q = g.Q;
+  const std::array<i64, kMaxRank> ws = g.ws;
+  dw_nchw_run<Arch>(
+      g, st, args.in[0]->data(), args.out[0]->mutable_data(), args.threads,
+      [=](i64, i64 c, float* wt) {
+        for (i64 t = 0; t < taps; ++t) wt[t] = w[c * ws[0] + (t / S) * ws[2] + (t % S) * ws[3]];
+        return bias ? bias[c] : 0.f;
+      },
+      [](i64, i64) { return DwNoEpi{}; },
+      [&](i64 n, i64 c, float* plane, i64 a, i64 b) { chain_nchw_range<Arch>(ch, plane, a, b, n, c, Q); });
 }
 
 // w (C, 1, R, S) -> [R][S][C]: one vector of channels per tap.
@@ -761,18 +642,7 @@ Status ConvDepthwise::prepare(Arch, const OpDesc& desc, const Context& ctx, cons
     pack_dw_weights(g, constants[1]->data(), st->weights.data);
     st->packed = true;
   }
-  if (!g.x_nhwc) {
-    const DwPlane pl = dw_plane<Arch>(g);
-    // The phases, then 4 vectors of slack for the last row's over-reads, then the taps.
-    st->plane_floats = round_up(g.sw * pl.Hp * pl.rows_stride + 4 * fbatch<Arch>::size, 16) + round_up(g.R * g.S, 16);
-    for (i64 r = 0; r < g.R; ++r)
-      for (i64 s = 0; s < g.S; ++s) {
-        const i64 off = s * g.dw;
-        st->tap_offset.push_back((off % g.sw) * pl.Hp * pl.rows_stride + r * g.dh * pl.rows_stride + off / g.sw);
-      }
-    st->slots = std::max(1, ctx.threads);
-    st->planes.resize(static_cast<std::size_t>(st->slots * st->plane_floats));
-  }
+  if (!g.x_nhwc) dw_prepare_planes<Arch>(g, ctx.threads, st.get());
   state = st;
   return Status::ok();
 }

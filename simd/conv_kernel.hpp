@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "simd/common.hpp"
 #include "simd/transpose.hpp"
@@ -215,6 +216,174 @@ inline void pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, float
       }
     }
   });
+}
+
+// ---- depthwise, NCHW ---------------------------------------------------------------------------
+// (simd/conv.cpp's depthwise kernel runs its chain after each run of rows; the fused stage's
+// maps the accumulators before the store.) Each (n, c) plane is copied into a per-thread
+// zero-padded buffer split by stride phase (column j of phase f holds padded column
+// j*stride + f), so every tap of every stride is a contiguous vector load along the output row.
+
+struct DwState {
+  std::vector<i64> tap_offset;  // NCHW: where tap (r, s) starts in the phase-split plane
+  AlignedFloats weights;        // NHWC: [R][S][C], packed at prepare when w is bound
+  bool packed = false;
+  AlignedFloats planes;  // one phase-split padded plane per thread (NCHW)
+  i64 plane_floats = 0;
+  int slots = 1;
+};
+
+struct DwPlane {
+  i64 Hp, rows_stride, Wj;  // padded rows; floats per phase row; columns per phase
+};
+
+template <class Arch>
+DwPlane dw_plane(const ConvGeom& g) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  DwPlane pl{};
+  pl.Hp = g.H + g.pt + g.pb;
+  const i64 Wp = g.W + g.pl + g.pr;
+  pl.Wj = (Wp + g.sw - 1) / g.sw;
+  // Vector loads (four at a time) run up to 4*Wd - 1 columns past the last output: pad rows.
+  pl.rows_stride = round_up(std::max(pl.Wj, g.Q + (g.dw * (g.S - 1)) / g.sw) + 4 * Wd, 16);
+  return pl;
+}
+
+// Prepare: the taps' offsets in the phase-split plane and one plane per thread.
+template <class Arch>
+void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st) {
+  const DwPlane pl = dw_plane<Arch>(g);
+  // The phases, then 4 vectors of slack for the last row's over-reads, then the taps.
+  st->plane_floats = round_up(g.sw * pl.Hp * pl.rows_stride + 4 * fbatch<Arch>::size, 16) + round_up(g.R * g.S, 16);
+  st->tap_offset.clear();
+  for (i64 r = 0; r < g.R; ++r)
+    for (i64 s = 0; s < g.S; ++s) {
+      const i64 off = s * g.dw;
+      st->tap_offset.push_back((off % g.sw) * pl.Hp * pl.rows_stride + r * g.dh * pl.rows_stride + off / g.sw);
+    }
+  st->slots = std::max(1, threads);
+  st->planes.resize(static_cast<std::size_t>(st->slots * st->plane_floats));
+}
+
+// dst[0, n) = src[0, n), inline: n is a register here (as a lambda capture it was reloaded
+// after every vector store, which may alias anything).
+template <class Arch>
+inline void copy_floats(const float* src, float* dst, i64 n) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  i64 j = 0;
+  for (; j + Wd <= n; j += Wd) B::load_unaligned(src + j).store_unaligned(dst + j);
+  for (; j < n; ++j) dst[j] = src[j];
+}
+
+// The accumulator map of a plane that has none (the simd stage: its chain runs after the store).
+struct DwNoEpi {
+  template <class B, int NV>
+  void operator()(B (&)[NV], i64, i64, bool) const {}
+};
+
+// NV vectors of one output row of a depthwise plane: out[0, valid) = wb + sum over taps t of
+// wt[t] * in[toff[t] + q], mapped by epi(acc, pix, valid, whole) before the store (pix: the
+// plane index of out[0]). With `whole`, the last vector is stored in full even past `valid`.
+template <class Arch, int NV, class Epi>
+inline void dw_chunk(const float* in, const i64* toff, const float* wt, i64 taps, float wb, float* out, i64 valid,
+                     bool whole, const Epi& epi, i64 pix) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  B acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = B(wb);
+  for (i64 t = 0; t < taps; ++t) {
+    const B wv(wt[t]);
+    const float* xr = in + toff[t];
+    for (int v = 0; v < NV; ++v) acc[v] = xsimd::fma(wv, B::load_unaligned(xr + v * Wd), acc[v]);
+  }
+  epi(acc, pix, valid, whole);
+  for (int v = 0; v < NV - 1; ++v) acc[v].store_unaligned(out + v * Wd);
+  if (whole || valid == NV * Wd) {
+    acc[NV - 1].store_unaligned(out + (NV - 1) * Wd);
+  } else {
+    alignas(64) float tmp[Wd];
+    acc[NV - 1].store_aligned(tmp);
+    for (i64 l = 0; l < valid - (NV - 1) * Wd; ++l) out[(NV - 1) * Wd + l] = tmp[l];
+  }
+}
+
+// The depthwise convolution of NCHW x into NCHW y, (n, c) planes split over the threads.
+//   setup(n, c, wt) writes the plane's R*S taps to wt and returns its bias;
+//   epi_of(n, c) returns the plane's accumulator map (see dw_chunk);
+//   rows_done(n, c, plane, a, b) runs once outputs [a, b) of the plane (whole rows, ~512
+//   outputs: still in L1) are stored.
+// Rows take as many vectors as they need (a 28-wide row is two AVX-512 vectors, not four), and
+// a row's last vector is stored whole when that stays inside the plane (it spills into the
+// next rows, which are written after it).
+template <class Arch, class Setup, class EpiOf, class RowsDone>
+void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y, int threads, Setup setup, EpiOf epi_of,
+                 RowsDone rows_done) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  const DwPlane pl = dw_plane<Arch>(g);
+  const i64 HW = g.H * g.W, PQ = g.P * g.Q, C = g.C;
+  const i64 phase_floats = pl.Hp * pl.rows_stride;
+  const i64 P = g.P, Q = g.Q, H = g.H, Win = g.W, padl = g.pl, sh = g.sh, sw = g.sw, rs = pl.rows_stride;
+  const i64 taps = g.R * g.S;
+  const i64* toff = st->tap_offset.data();
+  // rows_done every `crows` rows: per whole plane it measured slower once the stride-2 input
+  // plane had evicted the outputs from L1.
+  const i64 crows = std::max<i64>(1, 512 / Q);
+  const auto work = [&](i64 b, i64 e, float* buf) {
+    std::memset(buf, 0, static_cast<std::size_t>(st->plane_floats) * sizeof(float));
+    float* wt = buf + st->plane_floats - round_up(taps, 16);  // this plane's taps
+    for (i64 task = b; task < e; ++task) {
+      const i64 n = task / C, c = task % C;
+      const float* src = x + (n * C + c) * HW;
+      // Padded column j*sw + f of row h goes to phase f, column j; padding stays zero.
+      for (i64 h = 0; h < H; ++h) {
+        float* row = buf + (h + g.pt) * rs;
+        const float* srow = src + h * Win;
+        if (sw == 1) {  // inline: a libc memcpy call per 56-float row was ~18% of the kernel
+          copy_floats<Arch>(srow, row + padl, Win);
+          continue;
+        }
+        for (i64 f = 0; f < sw; ++f) {
+          // Padded columns f, f + sw, ... that hold real data: col = j*sw + f - pl in [0, W).
+          const i64 j0 = f >= padl ? 0 : (padl - f + sw - 1) / sw;
+          const i64 col0 = j0 * sw + f - padl;
+          if (col0 >= Win) continue;
+          float* dst = row + f * phase_floats;
+          const i64 cnt = (Win - col0 + sw - 1) / sw;
+          if (sw == 2) {  // vector deinterleave: a scalar strided copy was most of the s2 kernel
+            copy_stride2<Arch>(srow + col0, Win - col0, dst + j0, cnt);
+            continue;
+          }
+          for (i64 j = j0, col = col0; col < Win; ++j, col += sw) dst[j] = srow[col];
+        }
+      }
+      const float wb = setup(n, c, wt);
+      const auto epi = epi_of(n, c);
+      float* dst = y + (n * C + c) * PQ;
+      for (i64 p = 0; p < P; ++p) {
+        const float* in_row = buf + p * sh * rs;
+        float* out = dst + p * Q;
+        for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
+          const i64 valid = std::min(4 * Wd, Q - q0), pix = p * Q + q0;
+          const bool whole = pix + 4 * Wd <= PQ;
+          switch ((valid + Wd - 1) / Wd) {
+            case 1: dw_chunk<Arch, 1>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
+            case 2: dw_chunk<Arch, 2>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
+            case 3: dw_chunk<Arch, 3>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
+            default: dw_chunk<Arch, 4>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
+          }
+        }
+        if ((p + 1) % crows == 0 || p + 1 == P) {
+          const i64 p0 = p + 1 - ((p + 1) % crows == 0 ? crows : (p + 1) % crows);
+          rows_done(n, c, dst, p0 * Q, (p + 1) * Q);
+        }
+      }
+      // The padding stays zero for the next plane: only real columns are ever written.
+    }
+  };
+  const i64 ntasks = g.N * C;
+  const int t = std::min(team_size(threads), st->slots);
+  parallel_tid(ntasks, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * st->plane_floats); });
 }
 
 struct DirectState {
