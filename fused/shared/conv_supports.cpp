@@ -106,13 +106,23 @@ bool conv_1x1_supports(const OpDesc& desc) {
   return chain_ok(desc, desc.inputs[0].layout == Layout::nhwc ? ConvView::pixel_rows : ConvView::channel_rows);
 }
 
-// Any geometry and groups except depthwise (the simd stage's depthwise kernel is faster than a
-// direct kernel with one channel per group, so the request falls back to it).
+// Any geometry and groups except depthwise (a direct kernel with one channel per group is slower
+// than the depthwise kernels: conv_depthwise_supports, or simd's for NHWC).
 bool conv_direct_supports(const OpDesc& desc) {
   const auto& p = desc.p<Conv2dParams>();
   const i64 c = desc.inputs[0].shape[1], k = desc.inputs[1].shape[0];
   if (p.groups > 1 && p.groups == c && k == c) return false;
   return chain_ok(desc, desc.inputs[0].layout == Layout::nhwc ? ConvView::image_pixels : ConvView::channel_rows);
+}
+
+// Depthwise (groups == C == K, one input channel per group) in NCHW: simd's depthwise kernel with
+// the batchnorms folded into its taps and the rest of the chain on its accumulators. NHWC
+// depthwise is left to the simd kernel.
+bool conv_depthwise_supports(const OpDesc& desc) {
+  const auto& p = desc.p<Conv2dParams>();
+  const i64 c = desc.inputs[0].shape[1], k = desc.inputs[1].shape[0];
+  if (!(p.groups > 1 && p.groups == c && k == c) || desc.inputs[0].layout != Layout::nchw) return false;
+  return chain_ok(desc, ConvView::channel_rows);
 }
 
 }  // namespace opfuse::fused

@@ -264,6 +264,23 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 16, 6, 6, 24, 1, 1}, true, {act(ActKind::silu)}));
   c.add(conv({1, 16, 9, 9, 16, 3, 3, 2, 1, 1, 16}, false, {PostOp::batchnorm(), act(Activation::relu6())}));
   c.add(conv({2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu, {{1, 16, 1, 1}}));
+  // Depthwise with chains the fused stage runs on its accumulators: BN + ReLU6 (MobileNet), bias
+  // and two folded BNs, a residual over the full output (two images: the operand offset per
+  // image), a per-channel operand, a BN after the activation (not folded), stride 2, rows of
+  // 1-4 vectors, bound weights (folded at prepare), unaligned tensors and NaN / Inf.
+  const PostOps bn_relu6 = {PostOp::batchnorm(), act(Activation::relu6())};
+  c.add(conv({1, 24, 21, 21, 24, 3, 3, 1, 1, 1, 24}, false, bn_relu6));
+  c.add(conv({1, 24, 21, 21, 24, 3, 3, 1, 1, 1, 24}, false, bn_relu6), kConst);
+  c.add(conv({1, 24, 21, 21, 24, 3, 3, 1, 1, 1, 24}, false, bn_relu6), kUnaligned);
+  c.add(conv({1, 24, 21, 21, 24, 3, 3, 1, 1, 1, 24}, false, bn_relu6), kNan);
+  c.add(conv({1, 16, 70, 70, 16, 3, 3, 2, 1, 1, 16}, true, bn_relu6));
+  c.add(
+      conv({1, 8, 11, 67, 8, 3, 3, 1, 1, 1, 8}, true, {PostOp::batchnorm(), PostOp::batchnorm(), act(ActKind::silu)}));
+  c.add(conv({2, 12, 10, 10, 12, 3, 3, 1, 1, 1, 12}, true, bn_add_relu));
+  c.add(conv({2, 12, 10, 10, 12, 3, 3, 1, 1, 1, 12}, true, bn_add_relu), kConst);
+  c.add(conv({1, 12, 10, 10, 12, 3, 3, 1, 1, 1, 12}, false, {PostOp::binary_op(BinaryKind::mul), act(ActKind::relu)},
+             {{1, 12, 1, 1}}));
+  c.add(conv({1, 12, 9, 9, 12, 5, 5, 1, 2, 1, 12}, false, {act(ActKind::relu), PostOp::batchnorm()}));
   // Binary operands over the (p, q) plane in NCHW: varying along the rows only (the chain runs
   // row by row) and a dense plane broadcast over channels (rows merged into one run), each for
   // the depthwise, direct and 1x1 kernels.
