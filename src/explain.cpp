@@ -98,7 +98,10 @@ void model_conv(const OpDesc& d, const std::vector<TensorDesc>& outs, FusionMode
   const double y = bytes_of(conv_shape(d));
   const double rd = bytes_of(d.inputs[0]) + bytes_of(d.inputs[1]) + (p.has_bias ? bytes_of(d.inputs[2]) : 0.0);
   m.unfused.push_back(step("conv2d", rd, y, "reads x, w (and bias), writes y"));
-  m.fused.push_back(step("conv2d main loop", rd, 0, "output-channel x pixel accumulator tile stays in registers"));
+  const bool depthwise = p.groups > 1 && p.groups == d.inputs[0].shape[1] && d.inputs[1].shape[0] == p.groups;
+  m.fused.push_back(step("conv2d main loop", rd, 0,
+                         depthwise ? "one channel's row of pixels (up to 4 vectors) accumulates in registers"
+                                   : "output-channel x pixel accumulator tile stays in registers"));
   post_op_steps(d, p.post_ops, p.has_bias ? 3 : 2, y, bytes_of(outs[0]), true, m);
   m.fused.push_back(step("store", 0, bytes_of(outs[0]), "y written once"));
 }
