@@ -23,11 +23,7 @@
 //     (simd/conv_kernel.hpp) on the scaled weights; NHWC output runs the chain on the
 //     accumulator tile before its store, NCHW output on the 16-channel x 64-pixel block in L1
 //     as it is transposed into y (contiguous residual rows), so y is written once either way.
-//   * depthwise (NCHW): the simd stage's phase-split plane kernel (simd/conv_kernel.hpp,
-//     dw_nchw_run) on taps scaled by the folded batchnorms, with the rest of the chain applied
-//     to each row chunk's accumulator vectors before the store. After folding, MobileNet's
-//     dw + BN + ReLU6 is one activation, run with its kind fixed for the call. Measured, 3x3
-//     144 @56 +bn+relu6 t1 (4 A/B pairs): stride 1 386 (simd) -> 299 us, stride 2 245 -> 200 us.
+//   * depthwise (NCHW): fused/conv_dw.cpp, its own unit (see fused/conv_common.hpp for why).
 //   * NHWC depthwise, pool steps and any other post-op kind: declined (the simd kernels serve
 //     them).
 //
