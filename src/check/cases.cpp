@@ -281,6 +281,11 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 12, 10, 10, 12, 3, 3, 1, 1, 1, 12}, false, {PostOp::binary_op(BinaryKind::mul), act(ActKind::relu)},
              {{1, 12, 1, 1}}));
   c.add(conv({1, 12, 9, 9, 12, 5, 5, 1, 2, 1, 12}, false, {act(ActKind::relu), PostOp::batchnorm()}));
+  // ... and odd geometries: dilation 2, stride 3, asymmetric pads and strides, 1 x 1 outputs.
+  c.add(conv({1, 8, 15, 15, 8, 3, 3, 1, 2, 2, 8}, true, bn_relu6));
+  c.add(conv({2, 8, 17, 19, 8, 3, 3, 3, 1, 1, 8}, false, bn_add_relu));
+  c.add(conv({1, 8, 9, 11, 8, 3, 5, 1, 0, 1, 8}, false, bn_relu6, {}, {0, 2, 1, 1}, {2, 1}));
+  c.add(conv({1, 8, 3, 3, 8, 3, 3, 1, 0, 1, 8}, true, bn_relu6));
   // Binary operands over the (p, q) plane in NCHW: varying along the rows only (the chain runs
   // row by row) and a dense plane broadcast over channels (rows merged into one run), each for
   // the depthwise, direct and 1x1 kernels.
