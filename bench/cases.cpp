@@ -147,6 +147,11 @@ std::vector<OpDesc> bench_cases() {
   // post-op; oneDNN has none, so its peer runs convolution then pooling).
   c.push_back(conv(1, 3, 224, 224, 64, 7, 2, 3, 1, {bn, relu, PostOp::maxpool(3, 2, 1)}));
   c.push_back(conv(1, 144, 56, 56, 144, 3, 1, 1, 144, {bn, relu6}));
+  {  // the same depthwise layer channels-last (NHWC): channels in vector lanes, no plane copies
+    OpDesc d = conv(1, 144, 56, 56, 144, 3, 1, 1, 144, {bn, relu6});
+    d.inputs[0].layout = Layout::nhwc;
+    c.push_back(std::move(d));
+  }
   // ResNet-50's other dominant layers: the 1x1 expansion that closes every layer1 bottleneck,
   // the 3x3 of layers 2, 3 and 4 (the same 231 MFLOP on ever smaller maps with ever more
   // channels), and layer3's 1x1 reduce.

@@ -497,55 +497,18 @@ void pack_dw_weights(const ConvGeom& g, const float* w, float* out) {
       for (i64 c = 0; c < g.C; ++c) out[(r * g.S + s) * g.C + c] = w[c * g.ws[0] + r * g.ws[2] + s * g.ws[3]];
 }
 
-// NHWC: vectors along channels, bounds checked per tap (not per element).
+// NHWC: simd/conv_kernel.hpp's dw_nhwc_run (channels in lanes, the in-image taps found once per
+// pixel), the chain over each pixel's channels right after they are stored.
 template <class Arch>
 void dw_nhwc(const KernelArgs& args, const Chain& ch, const float* wpk) {
-  using B = fbatch<Arch>;
-  constexpr i64 Wd = B::size;
   const OpDesc& d = *args.desc;
   const ConvGeom g = conv_geom(d);
-  const i64 C = g.C;
-  const float* x = args.in[0]->data();
   const float* bias = d.p<Conv2dParams>().has_bias ? args.in[2]->data() : nullptr;
-  float* y = args.out[0]->mutable_data();
-  parallel_for(g.N * g.P, args.threads, 1, [&](i64 b, i64 e) {
-    for (i64 row = b; row < e; ++row) {
-      const i64 n = row / g.P, p = row % g.P;
-      for (i64 q = 0; q < g.Q; ++q) {
-        float* dst = y + ((n * g.P + p) * g.Q + q) * C;
-        const i64 ih0 = p * g.sh - g.pt, iw0 = q * g.sw - g.pl;
-        i64 c = 0;
-        for (; c + Wd <= C; c += Wd) {
-          B acc = bias ? B::load_unaligned(bias + c) : B(0.f);
-          for (i64 r = 0; r < g.R; ++r) {
-            const i64 ih = ih0 + r * g.dh;
-            if (ih < 0 || ih >= g.H) continue;
-            for (i64 s = 0; s < g.S; ++s) {
-              const i64 iw = iw0 + s * g.dw;
-              if (iw < 0 || iw >= g.W) continue;
-              acc = xsimd::fma(B::load_unaligned(x + ((n * g.H + ih) * g.W + iw) * C + c),
-                               B::load_unaligned(wpk + (r * g.S + s) * C + c), acc);
-            }
-          }
-          acc.store_unaligned(dst + c);
-        }
-        for (; c < C; ++c) {  // scalar tail, same order of operations
-          B acc(bias ? bias[c] : 0.f);
-          for (i64 r = 0; r < g.R; ++r) {
-            const i64 ih = ih0 + r * g.dh;
-            if (ih < 0 || ih >= g.H) continue;
-            for (i64 s = 0; s < g.S; ++s) {
-              const i64 iw = iw0 + s * g.dw;
-              if (iw < 0 || iw >= g.W) continue;
-              acc = xsimd::fma(B(x[((n * g.H + ih) * g.W + iw) * C + c]), B(wpk[(r * g.S + s) * C + c]), acc);
-            }
-          }
-          dst[c] = acc.get(0);
-        }
-        chain_run<Arch>(ch, dst, C, n, 0, p, q, true);
-      }
-    }
-  });
+  const i64 PQ = g.P * g.Q, Q = g.Q, C = g.C;
+  dw_nhwc_run<Arch>(g, args.in[0]->data(), wpk, bias, args.out[0]->mutable_data(), args.threads, DwNhwcNoEpi{},
+                    [&](i64 pix, float* dst) {
+                      if (ch.n > 0) chain_run<Arch>(ch, dst, C, pix / PQ, 0, pix % PQ / Q, pix % Q, true);
+                    });
 }
 
 }  // namespace OPFUSE_SIMD_NS

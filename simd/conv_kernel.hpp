@@ -386,6 +386,102 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
   parallel_tid(ntasks, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * st->plane_floats); });
 }
 
+// ---- depthwise, NHWC -----------------------------------------------------------------------------
+// Channels in vector lanes. Per output pixel the taps inside the image are found once; the
+// channels then go 8 vectors at a time (each tap's addresses computed once for all of them), a
+// partial last vector through small buffers (nothing past C is read). epi(acc, pix, c, cnt) maps
+// each vector of channels c .. c + cnt - 1 of pixel pix before its store (the fused stage's
+// chain; the identity for the simd stage, which runs pixel_done(pix, y_pixel) after the pixel's
+// channels are stored). w: the taps packed [R][S][C]; bias may be null.
+
+template <class Arch, int NV, class Epi>
+inline void dw_nhwc_vectors(const float* x, i64 x0, const float* w, const float* bi, float* dst, const Epi& epi,
+                            i64 pix, i64 c, i64 r0, i64 r1, i64 s0, i64 s1, i64 xr, i64 xs, i64 wr, i64 ws) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  B acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = bi ? B::load_unaligned(bi + v * W) : B(0.f);
+  for (i64 r = r0; r < r1; ++r)
+    for (i64 s = s0; s < s1; ++s) {
+      const float* xt = x + (x0 + r * xr + s * xs);
+      const float* wt = w + r * wr + s * ws;
+      for (int v = 0; v < NV; ++v)
+        acc[v] = xsimd::fma(B::load_unaligned(xt + v * W), B::load_unaligned(wt + v * W), acc[v]);
+    }
+  for (int v = 0; v < NV; ++v) epi(acc[v], pix, c + v * W, W).store_unaligned(dst + v * W);
+}
+
+// The identity accumulator map.
+struct DwNhwcNoEpi {
+  template <class B>
+  B operator()(B acc, i64, i64, i64) const {
+    return acc;
+  }
+};
+
+template <class Arch, class Epi, class PixelDone>
+void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float* bias, float* y, int threads,
+                 const Epi& epi, PixelDone pixel_done) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  const i64 C = g.C, R = g.R, S = g.S, H = g.H, Win = g.W, dh = g.dh, dw = g.dw;
+  const i64 xr = dh * Win * C, xs = dw * C, wr = S * C;
+  parallel_for(g.N * g.P, threads, 1, [&](i64 b, i64 e) {
+    for (i64 row = b; row < e; ++row) {
+      const i64 n = row / g.P, ih0 = (row % g.P) * g.sh - g.pt;
+      // Window rows inside the image: r in [r0, r1).
+      i64 r0 = 0, r1 = R;
+      while (r0 < R && ih0 + r0 * dh < 0) ++r0;
+      while (r1 > r0 && ih0 + (r1 - 1) * dh >= H) --r1;
+      for (i64 q = 0; q < g.Q; ++q) {
+        const i64 pix = row * g.Q + q, iw0 = q * g.sw - g.pl;
+        i64 s0 = 0, s1 = S;
+        while (s0 < S && iw0 + s0 * dw < 0) ++s0;
+        while (s1 > s0 && iw0 + (s1 - 1) * dw >= Win) --s1;
+        const i64 x0 = ((n * H + ih0) * Win + iw0) * C;  // the window corner's offset (may lie outside x)
+        float* dst = y + pix * C;
+        i64 c = 0;
+        while (c + W <= C) {
+          const i64 nv = std::min<i64>(8, (C - c) / W);
+          const float* bc = bias ? bias + c : nullptr;
+          switch (nv) {
+#define OPFUSE_DW_NHWC(NV)                                                                                \
+  case NV:                                                                                                \
+    dw_nhwc_vectors<Arch, NV>(x + c, x0, w + c, bc, dst + c, epi, pix, c, r0, r1, s0, s1, xr, xs, wr, C); \
+    break;
+            OPFUSE_DW_NHWC(1)
+            OPFUSE_DW_NHWC(2)
+            OPFUSE_DW_NHWC(3)
+            OPFUSE_DW_NHWC(4)
+            OPFUSE_DW_NHWC(5)
+            OPFUSE_DW_NHWC(6)
+            OPFUSE_DW_NHWC(7)
+            default: OPFUSE_DW_NHWC(8)
+#undef OPFUSE_DW_NHWC
+          }
+          c += nv * W;
+        }
+        if (c < C) {  // the last, partial vector of channels
+          const i64 cnt = C - c;
+          alignas(64) float xa[W] = {}, wa[W] = {}, t[W];
+          for (i64 l = 0; l < cnt; ++l) xa[l] = bias ? bias[c + l] : 0.f;
+          B acc = B::load_aligned(xa);
+          for (i64 r = r0; r < r1; ++r)
+            for (i64 s = s0; s < s1; ++s) {
+              const float* xt = x + (x0 + r * xr + s * xs + c);
+              const float* wt = w + r * wr + s * C + c;
+              for (i64 l = 0; l < cnt; ++l) xa[l] = xt[l], wa[l] = wt[l];
+              acc = xsimd::fma(B::load_aligned(xa), B::load_aligned(wa), acc);
+            }
+          epi(acc, pix, c, cnt).store_aligned(t);
+          for (i64 l = 0; l < cnt; ++l) dst[c + l] = t[l];
+        }
+        pixel_done(pix, dst);
+      }
+    }
+  });
+}
+
 struct DirectState {
   bool packed = false;    // weights packed at prepare
   AlignedFloats weights;  // [G][nkb][R][S][Cg][KB]
