@@ -23,9 +23,8 @@
 //     (simd/conv_kernel.hpp) on the scaled weights; NHWC output runs the chain on the
 //     accumulator tile before its store, NCHW output on the 16-channel x 64-pixel block in L1
 //     as it is transposed into y (contiguous residual rows), so y is written once either way.
-//   * depthwise (NCHW): fused/conv_dw.cpp, its own unit (see fused/conv_common.hpp for why).
-//   * NHWC depthwise, pool steps and any other post-op kind: declined (the simd kernels serve
-//     them).
+//   * depthwise: fused/conv_dw.cpp, its own unit (see fused/conv_common.hpp for why).
+//   * pool steps and any other post-op kind: declined (the simd kernels serve them).
 //
 // MEASURED
 #include <algorithm>

@@ -14,7 +14,7 @@ OPFUSE_SIMD_FUNCTOR_PREPARED(Conv1x1);
 // Any other geometry and groups: the NHWC register-blocked direct convolution with the chain on
 // the accumulator tile (NHWC output) or on the transpose to NCHW (NCHW output).
 OPFUSE_SIMD_FUNCTOR_PREPARED(ConvDirect);
-OPFUSE_SIMD_FUNCTOR_PREPARED(ConvDepthwise);  // NCHW, groups == C == K
+OPFUSE_SIMD_FUNCTOR_PREPARED(ConvDepthwise);  // groups == C == K
 
 // ---- ISA-independent parts, in fused/shared/conv_supports.cpp --------------------------------
 

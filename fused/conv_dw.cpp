@@ -1,11 +1,15 @@
-// fused/conv_dw.cpp - depthwise conv2d (NCHW) with batchnorm folded into the taps and the rest
-// of the post-op chain applied to the accumulators before the store.
+// fused/conv_dw.cpp - depthwise conv2d with batchnorm folded into the taps and the rest of the
+// post-op chain applied to the accumulators before the store.
 //
-// The simd stage's phase-split plane kernel (simd/conv_kernel.hpp, dw_nchw_run) on taps scaled
-// by the folded batchnorms (fused/conv_common.hpp); the rest of the chain maps each row chunk's
-// accumulator vectors before the store, so y is written once. After folding, MobileNet's
-// dw + BN + ReLU6 is one activation, run with its kind fixed for the call. Measured, 3x3 144 @56
-// +bn+relu6 t1 (4 A/B pairs): stride 1 386 (simd) -> 299 us, stride 2 245 -> 200 us.
+// The simd stage's depthwise kernels (simd/conv_kernel.hpp) on taps scaled by the folded
+// batchnorms (fused/conv_common.hpp), with an accumulator map in place of the simd stage's
+// chain pass:
+//   NCHW (dw_nchw_run): phase-split planes, vectors along the output row; the map runs on each
+//        row chunk's accumulator vectors.
+//   NHWC (dw_nhwc_run): channels in lanes; the map runs on each vector of a pixel's channels.
+// After folding, MobileNet's dw + BN + ReLU6 is one activation, run with its kind fixed for the
+// call. Measured, 3x3 144 @56 +bn+relu6 t1 (opfuse-bench, medians of 3): NCHW stride 1 390
+// (simd) -> 302 us, stride 2 252 -> 216 us; NHWC 376 -> 238 us (oneDNN 136 us).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -101,10 +105,58 @@ struct DwActEpi {
   }
 };
 
+// NHWC: w (C, 1, R, S) scaled by the folded batchnorms into [R][S][C], one vector of channels
+// per tap.
+void pack_dw_folded(const simd::ConvGeom& g, const float* w, const float* sc, float* out) {
+  for (i64 r = 0; r < g.R; ++r)
+    for (i64 s = 0; s < g.S; ++s)
+      for (i64 c = 0; c < g.C; ++c) out[(r * g.S + s) * g.C + c] = w[c * g.ws[0] + r * g.ws[2] + s * g.ws[3]] * sc[c];
+}
+
+// NHWC: the chain after the folded batchnorms on one vector of a pixel's channels (cnt lanes
+// valid): batchnorm vectors along the channels, the operand at (pixel, channels) through its
+// pixel_rows strides, the activation on the register. Built once per call.
+template <class Arch>
+struct DwNhwcEpi {
+  using B = fbatch<Arch>;
+  static constexpr i64 W = B::size;
+  const ChainEpilogue* epi;
+  // cnt floats from p (stride cs; 0: one value), zero-filled past cnt: nothing beyond is read.
+  static B load(const float* p, i64 cs, i64 cnt) {
+    if (cs == 0) return B(*p);
+    if (cnt == W) return B::load_unaligned(p);
+    alignas(64) float t[W] = {};
+    for (i64 l = 0; l < cnt; ++l) t[l] = p[l];
+    return B::load_aligned(t);
+  }
+  B operator()(B acc, i64 pix, i64 c, i64 cnt) const {
+    for (int s = 0; s < epi->n; ++s) {
+      const EpiStep& st = epi->steps[s];
+      if (st.kind == PostOp::Kind::batchnorm) {  // pixel_rows: rs 0, cs 1
+        acc = xsimd::fma(acc - load(st.p0 + c, 1, cnt), load(st.p1 + c, 1, cnt), load(st.p2 + c, 1, cnt));
+      } else if (st.kind == PostOp::Kind::binary) {
+        acc = simd::binary_op<Arch>(st.binary, acc, load(st.p0 + pix * st.rs + c * st.cs, st.cs, cnt));
+      } else {
+        simd::with_act_kind(st.act.kind,
+                            [&](auto kind) { acc = simd::activate_k<decltype(kind)::value, Arch>(st.act, acc); });
+      }
+    }
+    return acc;
+  }
+};
+
+// NHWC, the chain one activation after folding (MobileNet's dw + BN + ReLU6): its kind fixed.
+template <class Arch, ActKind K>
+struct DwNhwcAct {
+  Activation act;
+  fbatch<Arch> operator()(fbatch<Arch> acc, i64, i64, i64) const { return simd::activate_k<K, Arch>(act, acc); }
+};
+
 struct DepthwiseState {
-  simd::DwState dw;     // tap offsets and one phase-split plane per thread
-  bool folded = false;  // sc and bi from bound weights, bias and batchnorms
+  simd::DwState dw;     // NCHW: tap offsets and one phase-split plane per thread
+  bool folded = false;  // sc and bi (NHWC: and wpk) from bound weights, bias and batchnorms
   Floats sc, bi;        // per channel: the folded batchnorm scale and bias (bias included)
+  Floats wpk;           // NHWC: the folded taps [R][S][C]
   std::vector<Floats> mults;
 };
 
@@ -113,8 +165,10 @@ struct DepthwiseState {
 
 template <class Arch>
 std::size_t ConvDepthwise::workspace(Arch, const OpDesc& desc) {
-  const i64 K = desc.inputs[1].shape[0];
-  return static_cast<std::size_t>(16 + 2 * gemm_round_up(K, 16) + epilogue_ws(desc.p<Conv2dParams>(), K));
+  const Shape& w = desc.inputs[1].shape;
+  const i64 K = w[0];
+  return static_cast<std::size_t>(16 + 2 * gemm_round_up(K, 16) + gemm_round_up(K * w[2] * w[3], 16) +
+                                  epilogue_ws(desc.p<Conv2dParams>(), K));
 }
 
 template <class Arch>
@@ -122,11 +176,15 @@ Status ConvDepthwise::prepare(Arch, const OpDesc& desc, const Context& ctx, cons
                               std::shared_ptr<void>& state) {
   auto st = std::make_shared<DepthwiseState>();
   const simd::ConvGeom g = simd::conv_geom(desc);
-  simd::dw_prepare_planes<Arch>(g, ctx.threads, &st->dw);
+  if (!g.x_nhwc) simd::dw_prepare_planes<Arch>(g, ctx.threads, &st->dw);
   if (fold_bound(desc, constants)) {
     st->sc = alloc_floats(static_cast<std::size_t>(g.K));
     st->bi = alloc_floats(static_cast<std::size_t>(g.K));
     fold_scales(desc, g.K, constants, st->sc.get(), st->bi.get());
+    if (g.x_nhwc) {
+      st->wpk = alloc_floats(static_cast<std::size_t>(g.R * g.S * g.C));
+      pack_dw_folded(g, constants[1]->data(), st->sc.get(), st->wpk.get());
+    }
     st->folded = true;
   }
   st->mults = bound_mults(desc, constants);
@@ -143,13 +201,33 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
   Carver cv{ws0};
   float* wss = cv.take(g.K);
   float* wsb = cv.take(g.K);
+  float* wsw = cv.take(g.R * g.S * g.C);
   float* wse = cv.take(epilogue_ws(d.p<Conv2dParams>(), g.K));
   const float* sc = st->sc.get();
   const float* bi = st->bi.get();
+  const float* wpk = st->wpk.get();
   if (!st->folded) {
     fold_scales(d, g.K, args.in, wss, wsb);
     sc = wss;
     bi = wsb;
+    if (g.x_nhwc) {
+      pack_dw_folded(g, args.in[1]->data(), sc, wsw);
+      wpk = wsw;
+    }
+  }
+  if (g.x_nhwc) {
+    const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, wse, ConvView::pixel_rows);
+    const auto run = [&](const auto& e) {
+      simd::dw_nhwc_run<Arch>(g, args.in[0]->data(), wpk, bi, args.out[0]->mutable_data(), args.threads, e,
+                              [](i64, float*) {});
+    };
+    if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
+      const Activation act = epi.steps[0].act;
+      simd::with_act_kind(act.kind, [&](auto kind) { run(DwNhwcAct<Arch, decltype(kind)::value>{act}); });
+    } else {
+      run(DwNhwcEpi<Arch>{&epi});
+    }
+    return;
   }
   const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, wse, ConvView::channel_rows);
   i64 image_stride[kEpiMaxSteps] = {};

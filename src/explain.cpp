@@ -100,8 +100,10 @@ void model_conv(const OpDesc& d, const std::vector<TensorDesc>& outs, FusionMode
   m.unfused.push_back(step("conv2d", rd, y, "reads x, w (and bias), writes y"));
   const bool depthwise = p.groups > 1 && p.groups == d.inputs[0].shape[1] && d.inputs[1].shape[0] == p.groups;
   m.fused.push_back(step("conv2d main loop", rd, 0,
-                         depthwise ? "one channel's row of pixels (up to 4 vectors) accumulates in registers"
-                                   : "output-channel x pixel accumulator tile stays in registers"));
+                         !depthwise ? "output-channel x pixel accumulator tile stays in registers"
+                         : d.inputs[0].layout == Layout::nhwc
+                             ? "a pixel's channels (up to 8 vectors) accumulate in registers"
+                             : "one channel's row of pixels (up to 4 vectors) accumulates in registers"));
   post_op_steps(d, p.post_ops, p.has_bias ? 3 : 2, y, bytes_of(outs[0]), true, m);
   m.fused.push_back(step("store", 0, bytes_of(outs[0]), "y written once"));
 }

@@ -115,14 +115,13 @@ bool conv_direct_supports(const OpDesc& desc) {
   return chain_ok(desc, desc.inputs[0].layout == Layout::nhwc ? ConvView::image_pixels : ConvView::channel_rows);
 }
 
-// Depthwise (groups == C == K, one input channel per group) in NCHW: simd's depthwise kernel with
-// the batchnorms folded into its taps and the rest of the chain on its accumulators. NHWC
-// depthwise is left to the simd kernel.
+// Depthwise (groups == C == K, one input channel per group): simd's depthwise kernels with the
+// batchnorms folded into their taps and the rest of the chain before the store.
 bool conv_depthwise_supports(const OpDesc& desc) {
   const auto& p = desc.p<Conv2dParams>();
   const i64 c = desc.inputs[0].shape[1], k = desc.inputs[1].shape[0];
-  if (!(p.groups > 1 && p.groups == c && k == c) || desc.inputs[0].layout != Layout::nchw) return false;
-  return chain_ok(desc, ConvView::channel_rows);
+  if (!(p.groups > 1 && p.groups == c && k == c)) return false;
+  return chain_ok(desc, desc.inputs[0].layout == Layout::nhwc ? ConvView::pixel_rows : ConvView::channel_rows);
 }
 
 }  // namespace opfuse::fused

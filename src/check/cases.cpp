@@ -286,6 +286,17 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({2, 8, 17, 19, 8, 3, 3, 3, 1, 1, 8}, false, bn_add_relu));
   c.add(conv({1, 8, 9, 11, 8, 3, 5, 1, 0, 1, 8}, false, bn_relu6, {}, {0, 2, 1, 1}, {2, 1}));
   c.add(conv({1, 8, 3, 3, 8, 3, 3, 1, 0, 1, 8}, true, bn_relu6));
+  // NHWC depthwise with chains: channels past whole vectors and past one 256-channel chunk of the
+  // fused kernel's L1 buffer, a residual over two images, a per-channel operand, stride 2 with
+  // dilation, bound weights, unaligned tensors and NaN / Inf.
+  c.add(conv({1, 40, 9, 9, 40, 3, 3, 1, 1, 1, 40, kNhwc}, false, bn_relu6));
+  c.add(conv({1, 40, 9, 9, 40, 3, 3, 1, 1, 1, 40, kNhwc}, false, bn_relu6), kConst);
+  c.add(conv({1, 40, 9, 9, 40, 3, 3, 1, 1, 1, 40, kNhwc}, false, bn_relu6), kUnaligned);
+  c.add(conv({1, 40, 9, 9, 40, 3, 3, 1, 1, 1, 40, kNhwc}, false, bn_relu6), kNan);
+  c.add(conv({1, 300, 5, 5, 300, 3, 3, 1, 1, 1, 300, kNhwc}, true, bn_relu6));
+  c.add(conv({2, 32, 8, 8, 32, 3, 3, 1, 1, 1, 32, kNhwc}, true, bn_add_relu));
+  c.add(conv({1, 24, 8, 8, 24, 3, 3, 1, 1, 1, 24, kNhwc}, false, {PostOp::binary_op(BinaryKind::mul)}, {{1, 24, 1, 1}}));
+  c.add(conv({1, 16, 15, 15, 16, 3, 3, 2, 2, 2, 16, kNhwc}, true, {act(ActKind::silu), PostOp::batchnorm()}));
   // Binary operands over the (p, q) plane in NCHW: varying along the rows only (the chain runs
   // row by row) and a dense plane broadcast over channels (rows merged into one run), each for
   // the depthwise, direct and 1x1 kernels.
