@@ -388,7 +388,8 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
 
 // ---- depthwise, NHWC -----------------------------------------------------------------------------
 // Channels in vector lanes. Per output pixel the taps inside the image are found once; the
-// channels then go 8 vectors at a time (each tap's addresses computed once for all of them), a
+// channels then go in even chunks of at most 10 vectors (each tap's addresses computed once for
+// all of them; 144 channels are one chunk of 9, not 8 and a latency-bound 1), a
 // partial last vector through small buffers (nothing past C is read). epi(acc, pix, c, cnt) maps
 // each vector of channels c .. c + cnt - 1 of pixel pix before its store (the fused stage's
 // chain; the identity for the simd stage, which runs pixel_done(pix, y_pixel) after the pixel's
@@ -441,8 +442,9 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
         const i64 x0 = ((n * H + ih0) * Win + iw0) * C;  // the window corner's offset (may lie outside x)
         float* dst = y + pix * C;
         i64 c = 0;
-        while (c + W <= C) {
-          const i64 nv = std::min<i64>(8, (C - c) / W);
+        const i64 nvec = C / W, nchunk = (nvec + 9) / 10;  // even chunks of at most 10 vectors
+        for (i64 k = 0; k < nchunk; ++k) {
+          const i64 nv = nvec * (k + 1) / nchunk - nvec * k / nchunk;
           const float* bc = bias ? bias + c : nullptr;
           switch (nv) {
 #define OPFUSE_DW_NHWC(NV)                                                                                \
@@ -456,7 +458,9 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
             OPFUSE_DW_NHWC(5)
             OPFUSE_DW_NHWC(6)
             OPFUSE_DW_NHWC(7)
-            default: OPFUSE_DW_NHWC(8)
+            OPFUSE_DW_NHWC(8)
+            OPFUSE_DW_NHWC(9)
+            default: OPFUSE_DW_NHWC(10)
 #undef OPFUSE_DW_NHWC
           }
           c += nv * W;
