@@ -295,8 +295,16 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 40, 9, 9, 40, 3, 3, 1, 1, 1, 40, kNhwc}, false, bn_relu6), kNan);
   c.add(conv({1, 300, 5, 5, 300, 3, 3, 1, 1, 1, 300, kNhwc}, true, bn_relu6));
   c.add(conv({2, 32, 8, 8, 32, 3, 3, 1, 1, 1, 32, kNhwc}, true, bn_add_relu));
-  c.add(conv({1, 24, 8, 8, 24, 3, 3, 1, 1, 1, 24, kNhwc}, false, {PostOp::binary_op(BinaryKind::mul)}, {{1, 24, 1, 1}}));
+  c.add(
+      conv({1, 24, 8, 8, 24, 3, 3, 1, 1, 1, 24, kNhwc}, false, {PostOp::binary_op(BinaryKind::mul)}, {{1, 24, 1, 1}}));
   c.add(conv({1, 16, 15, 15, 16, 3, 3, 2, 2, 2, 16, kNhwc}, true, {act(ActKind::silu), PostOp::batchnorm()}));
+  // NHWC 3x3 windows inside the image (weights in registers) next to edge ones: wide rows, stride
+  // 2, dilation, and rows too narrow for any interior window (width 2, stride 2, right pad 1).
+  c.add(conv({2, 40, 12, 29, 40, 3, 3, 1, 1, 1, 40, kNhwc}, true, bn_add_relu));
+  c.add(conv({1, 48, 11, 23, 48, 3, 3, 2, 1, 1, 48, kNhwc}, false, bn_relu6));
+  c.add(conv({1, 20, 11, 23, 20, 3, 3, 1, 2, 2, 20, kNhwc}, false, bn_relu6));
+  c.add(conv({1, 16, 5, 2, 16, 3, 3, 1, 0, 1, 16, kNhwc}, false, bn_relu6, {}, {1, 0, 1, 1}, {2, 2}));
+  c.add(conv({1, 16, 5, 2, 16, 3, 3, 1, 0, 1, 16, kNhwc}, false, {}, {}, {1, 0, 1, 1}, {2, 2}));
   // Binary operands over the (p, q) plane in NCHW: varying along the rows only (the chain runs
   // row by row) and a dense plane broadcast over channels (rows merged into one run), each for
   // the depthwise, direct and 1x1 kernels.
