@@ -8,8 +8,9 @@
 //        row chunk's accumulator vectors.
 //   NHWC (dw_nhwc_run): channels in lanes; the map runs on each vector of a pixel's channels.
 // After folding, MobileNet's dw + BN + ReLU6 is one activation, run with its kind fixed for the
-// call. Measured, 3x3 144 @56 +bn+relu6 t1 (opfuse-bench, medians of 3): NCHW stride 1 390
-// (simd) -> 302 us, stride 2 252 -> 216 us; NHWC 376 -> 238 us (oneDNN 136 us).
+// call. Measured, 3x3 144 @56 +bn+relu6 t1 (one opfuse-bench run, medians of 3; simd -> fused,
+// oneDNN): NCHW stride 1 381 -> 296 us (222), stride 2 243 -> 213 us (98.5), NHWC 321 -> 172 us
+// (136). oneDNN stays ahead on depthwise.
 #include <algorithm>
 #include <array>
 #include <cstdint>
