@@ -137,8 +137,12 @@ Chain make_chain(const OpDesc& d, const Tensor* const* in, float* ws) {
 // channels), so it is in L1: each step is one tight loop over it with its kind switched once
 // outside the loop. The tail is one partial vector (operands gathered into a zero-filled
 // buffer), so it runs the very same formulas.
+//
+// With npix > 1 (along_k only) the run is npix consecutive NHWC pixels q, q + 1, ... of output
+// row p, len channels each, stored back to back: every step's kind is switched once for all of
+// them (an activation runs over the whole npix * len floats as one run).
 template <class Arch>
-void chain_run(const Chain& ch, float* y, i64 len, i64 n, i64 k, i64 p, i64 q, bool along_k) {
+void chain_run(const Chain& ch, float* y, i64 len, i64 n, i64 k, i64 p, i64 q, bool along_k, i64 npix = 1) {
   using B = fbatch<Arch>;
   constexpr i64 Wd = B::size;
   const i64 kstep = along_k ? 1 : 0, qstep = along_k ? 0 : 1;
@@ -150,37 +154,41 @@ void chain_run(const Chain& ch, float* y, i64 len, i64 n, i64 k, i64 p, i64 q, b
     for (i64 l = 0; l < cnt; ++l) tmp[l] = src[l * step];
     return B::load_aligned(tmp);
   };
-  // Runs f(v, e, cnt) over y in full vectors, then one partial vector.
-  const auto each = [&](auto&& f) {
+  // Runs f(v, e, cnt) over yy[0, m) in full vectors, then one partial vector.
+  const auto each = [&](float* yy, i64 m, auto&& f) {
     i64 e = 0;
-    for (; e + Wd <= len; e += Wd) f(B::load_unaligned(y + e), e, Wd).store_unaligned(y + e);
-    if (e < len) {
-      const i64 cnt = len - e;
+    for (; e + Wd <= m; e += Wd) f(B::load_unaligned(yy + e), e, Wd).store_unaligned(yy + e);
+    if (e < m) {
+      const i64 cnt = m - e;
       alignas(64) float tmp[Wd] = {};
-      std::memcpy(tmp, y + e, static_cast<std::size_t>(cnt) * sizeof(float));
+      std::memcpy(tmp, yy + e, static_cast<std::size_t>(cnt) * sizeof(float));
       f(B::load_aligned(tmp), e, cnt).store_aligned(tmp);
-      std::memcpy(y + e, tmp, static_cast<std::size_t>(cnt) * sizeof(float));
+      std::memcpy(yy + e, tmp, static_cast<std::size_t>(cnt) * sizeof(float));
     }
   };
   for (int i = 0; i < ch.n; ++i) {
     const ChainStep& s = ch.steps[i];
     switch (s.kind) {
       case PostOp::Kind::batchnorm:
-        each([&](B v, i64 e, i64 cnt) {
-          const i64 kk = k + e * kstep;
-          return xsimd::fma(v - load(s.mean + kk, kstep, cnt), load(s.mult + kk, kstep, cnt),
-                            load(s.shift + kk, kstep, cnt));
-        });
+        for (i64 u = 0; u < npix; ++u)
+          each(y + u * len, len, [&](B v, i64 e, i64 cnt) {
+            const i64 kk = k + e * kstep;
+            return xsimd::fma(v - load(s.mean + kk, kstep, cnt), load(s.mult + kk, kstep, cnt),
+                              load(s.shift + kk, kstep, cnt));
+          });
         break;
       case PostOp::Kind::binary: {
         const i64 step = kstep * s.os[1] + qstep * s.os[3];
-        const float* base = s.other + n * s.os[0] + k * s.os[1] + p * s.os[2] + q * s.os[3];
-        each([&](B v, i64 e, i64 cnt) { return binary_op<Arch>(s.binary, v, load(base + e * step, step, cnt)); });
+        for (i64 u = 0; u < npix; ++u) {
+          const float* base = s.other + n * s.os[0] + k * s.os[1] + p * s.os[2] + (q + u) * s.os[3];
+          each(y + u * len, len,
+               [&](B v, i64 e, i64 cnt) { return binary_op<Arch>(s.binary, v, load(base + e * step, step, cnt)); });
+        }
         break;
       }
-      case PostOp::Kind::activation:
+      case PostOp::Kind::activation:  // elementwise: the npix runs as one
         with_act_kind(s.act.kind, [&](auto kind) {
-          each([&](B v, i64, i64) { return activate_k<decltype(kind)::value, Arch>(s.act, v); });
+          each(y, npix * len, [&](B v, i64, i64) { return activate_k<decltype(kind)::value, Arch>(s.act, v); });
         });
         break;
       case PostOp::Kind::pool: break;  // never here: these kernels decline a pool post-op (conv_supports.cpp)
@@ -498,7 +506,8 @@ void pack_dw_weights(const ConvGeom& g, const float* w, float* out) {
 }
 
 // NHWC: simd/conv_kernel.hpp's dw_nhwc_run (channels in lanes, the in-image taps found once per
-// pixel), the chain over each pixel's channels right after they are stored.
+// pixel), the chain over each output row's pixels right after they are stored (one call per
+// row: per pixel, the calls' setup was a third of the kernel).
 template <class Arch>
 void dw_nhwc(const KernelArgs& args, const Chain& ch, const float* wpk) {
   const OpDesc& d = *args.desc;
@@ -506,8 +515,8 @@ void dw_nhwc(const KernelArgs& args, const Chain& ch, const float* wpk) {
   const float* bias = d.p<Conv2dParams>().has_bias ? args.in[2]->data() : nullptr;
   const i64 PQ = g.P * g.Q, Q = g.Q, C = g.C;
   dw_nhwc_run<Arch>(g, args.in[0]->data(), wpk, bias, args.out[0]->mutable_data(), args.threads, DwNhwcNoEpi{},
-                    [&](i64 pix, float* dst) {
-                      if (ch.n > 0) chain_run<Arch>(ch, dst, C, pix / PQ, 0, pix % PQ / Q, pix % Q, true);
+                    [&](i64 pix, float* dst) {  // pix: the row's first pixel; the row's Q pixels at dst
+                      if (ch.n > 0) chain_run<Arch>(ch, dst, C, pix / PQ, 0, pix % PQ / Q, 0, true, Q);
                     });
 }
 

@@ -392,8 +392,8 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
 // channels then go in chunks of vectors, a partial last vector through small buffers (nothing
 // past C is read); 3x3 windows inside the image keep their weights in registers. epi(acc, pix, c, cnt) maps
 // each vector of channels c .. c + cnt - 1 of pixel pix before its store (the fused stage's
-// chain; the identity for the simd stage, which runs pixel_done(pix, y_pixel) after the pixel's
-// channels are stored). w: the taps packed [R][S][C]; bias may be null.
+// chain; the identity for the simd stage, which runs row_done(pix0, y_row) once an output row's
+// pixels, from pixel index pix0 on, are all stored). w: the taps packed [R][S][C]; bias may be null.
 
 template <class Arch, int NV, class Epi>
 inline void dw_nhwc_vectors(const float* x, i64 x0, const float* w, const float* bi, float* dst, const Epi& epi,
@@ -420,9 +420,9 @@ struct DwNhwcNoEpi {
   }
 };
 
-template <class Arch, class Epi, class PixelDone>
+template <class Arch, class Epi, class RowDone>
 void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float* bias, float* y, int threads,
-                 const Epi& epi, PixelDone pixel_done) {
+                 const Epi& epi, RowDone row_done) {
   using B = fbatch<Arch>;
   constexpr i64 W = B::size;
   const i64 C = g.C, R = g.R, S = g.S, H = g.H, Win = g.W, dh = g.dh, dw = g.dw, sw = g.sw;
@@ -492,10 +492,10 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
           c += nv * W;
         }
         if (c < C) tail(q, s0, s1);
-        pixel_done(pix, dst);
       };
       if (!k3 || r0 != 0 || r1 != 3 || qa >= qb) {
         for (i64 q = 0; q < g.Q; ++q) pixel(q);
+        row_done(row * g.Q, y + row * g.Q * C);
         continue;
       }
       // A 3x3 row wholly inside the image vertically: the edge pixels as above; the interior
@@ -525,11 +525,10 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
         for (; q + 4 <= qb; q += 4) run(std::integral_constant<int, 4>{}, q);
         for (; q < qb; ++q) run(std::integral_constant<int, 1>{}, q);
       }
-      for (i64 q = qa; q < qb; ++q) {
-        if (nvec * W < C) tail(q, 0, 3);
-        pixel_done(row * g.Q + q, y + (row * g.Q + q) * C);
-      }
+      if (nvec * W < C)
+        for (i64 q = qa; q < qb; ++q) tail(q, 0, 3);
       for (i64 q = qb; q < g.Q; ++q) pixel(q);
+      row_done(row * g.Q, y + row * g.Q * C);
     }
   });
 }
