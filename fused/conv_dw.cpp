@@ -9,8 +9,8 @@
 //   NHWC (dw_nhwc_run): channels in lanes; the map runs on each vector of a pixel's channels.
 // After folding, MobileNet's dw + BN + ReLU6 is one activation, run with its kind fixed for the
 // call. Measured, 3x3 144 @56 +bn+relu6 t1 (one opfuse-bench run, medians of 3; simd -> fused,
-// oneDNN): NCHW stride 1 381 -> 296 us (222), stride 2 243 -> 213 us (98.5), NHWC 321 -> 172 us
-// (136). oneDNN stays ahead on depthwise.
+// oneDNN): NCHW stride 1 341 -> 298 us (225), stride 2 237 -> 208 us (96.4), NHWC 231 -> 170 us
+// (137). oneDNN stays ahead on depthwise.
 #include <algorithm>
 #include <array>
 #include <cstdint>
