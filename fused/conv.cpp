@@ -260,9 +260,7 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
   const auto work = [&](i64 b, i64 e, float* ytile) {
     while (b < e) {
       const i64 n = b / g.P, p0 = b % g.P, pe = std::min(g.P, p0 + (e - b));
-      ChainEpilogue en = epi;
-      for (int s = 0; s < en.n; ++s)
-        if (en.steps[s].kind == PostOp::Kind::binary) en.steps[s].p0 += n * image_stride[s];
+      const ChainEpilogue en = epi.for_image(image_stride, n);
       const i64 nblk = (pe - p0 + pl.RB - 1) / pl.RB;
       for (i64 j = 0; j < nblk; ++j) {
         const i64 q0 = p0 + (pe - p0) * j / nblk, q1 = p0 + (pe - p0) * (j + 1) / nblk;

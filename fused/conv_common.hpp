@@ -23,6 +23,7 @@
 #include "fused/conv.hpp"
 #include "fused/gemm_epilogue.hpp"
 #include "simd/common.hpp"
+#include "simd/conv_kernel.hpp"
 #include "simd/gemm_kernel.hpp"
 
 namespace opfuse::fused {
@@ -44,16 +45,7 @@ Floats alloc_floats(std::size_t n) {
   return f;
 }
 
-// Carves 64-byte aligned sections out of the workspace; with a null base it only counts.
-struct Carver {
-  float* base;
-  std::size_t used = 0;
-  float* take(i64 n) {
-    float* p = base ? base + used : nullptr;
-    used += static_cast<std::size_t>(gemm_round_up(n, 16));
-    return p;
-  }
-};
+using simd::Carver;  // workspace sections, 64-byte aligned (simd/conv_kernel.hpp)
 
 struct Geom {
   i64 N, C, H, W, K, R, S, P, Q, G, Cg, Kg;

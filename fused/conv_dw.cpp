@@ -28,82 +28,33 @@ namespace opfuse::fused {
 inline namespace OPFUSE_SIMD_NS {
 namespace {
 
-// The chain after the folded batchnorms for one (n, c) plane, applied to the accumulators of a
-// row chunk before the store (simd::dw_chunk): batchnorm with this channel's scalars, a binary
-// operand read along the plane (or broadcast), an activation on the registers.
+// NCHW: the chain after the folded batchnorms on the accumulators of a row chunk of plane c
+// (simd::dw_chunk), epi already moved to the plane's image: channels are the view's rows, pixels
+// its columns. No operand is read past `valid` (ChainEpilogue::apply_vector).
 template <class Arch>
 struct DwPlaneEpi {
-  struct Step {
-    PostOp::Kind kind = PostOp::Kind::activation;
-    BinaryKind binary = BinaryKind::add;
-    Activation act;
-    const float* p = nullptr;                   // binary: the operand at this plane's pixel 0
-    i64 cs = 0;                                 // binary: 1 along the plane's pixels, 0 one value for the plane
-    float mean = 0.f, mult = 0.f, shift = 0.f;  // batchnorm, this channel's
-  };
-  int n = 0;
-  Step steps[kEpiMaxSteps];
-
-  DwPlaneEpi(const ChainEpilogue& epi, const i64* image_stride, i64 img, i64 c) {
-    for (int s = 0; s < epi.n; ++s) {
-      const EpiStep& e = epi.steps[s];
-      Step& st = steps[n++];
-      st.kind = e.kind;
-      st.binary = e.binary;
-      st.act = e.act;
-      if (e.kind == PostOp::Kind::batchnorm) {  // channel_rows view: one value per row (channel)
-        st.mean = e.p0[c * e.rs], st.mult = e.p1[c * e.rs], st.shift = e.p2[c * e.rs];
-      } else if (e.kind == PostOp::Kind::binary) {
-        st.p = e.p0 + c * e.rs + img * image_stride[s];
-        st.cs = e.cs;
-      }
-    }
-  }
-
-  // acc holds outputs pix .. pix + valid - 1 of the plane; with `whole` all NV vectors lie inside
-  // the plane, so an operand along the plane may be read in full vectors too.
+  ChainEpilogue epi;
+  i64 c;
   template <class B, int NV>
-  void operator()(B (&acc)[NV], i64 pix, i64 valid, bool whole) const {
+  void operator()(B (&acc)[NV], i64 pix, i64 valid) const {
     constexpr i64 W = B::size;
-    for (int s = 0; s < n; ++s) {
-      const Step& st = steps[s];
-      if (st.kind == PostOp::Kind::batchnorm) {
-        const B m(st.mean), k(st.mult), h(st.shift);
-        for (int v = 0; v < NV; ++v) acc[v] = xsimd::fma(acc[v] - m, k, h);
-      } else if (st.kind == PostOp::Kind::binary) {
-        for (int v = 0; v < NV; ++v) {
-          B o;
-          if (st.cs == 0) {
-            o = B(st.p[0]);
-          } else if (whole || (v + 1) * W <= valid) {
-            o = B::load_unaligned(st.p + pix + v * W);
-          } else {  // the row's last vector at the plane's end: nothing past `valid` is read
-            alignas(64) float t[W] = {};
-            for (i64 l = 0; l < valid - v * W; ++l) t[l] = st.p[pix + v * W + l];
-            o = B::load_aligned(t);
-          }
-          acc[v] = simd::binary_op<Arch>(st.binary, acc[v], o);
-        }
-      } else {
-        simd::with_act_kind(st.act.kind, [&](auto kind) {
-          constexpr ActKind K = decltype(kind)::value;
-          for (int v = 0; v < NV; ++v) acc[v] = simd::activate_k<K, Arch>(st.act, acc[v]);
-        });
-      }
-    }
+    for (int v = 0; v < NV; ++v)
+      acc[v] = epi.template apply_vector<Arch>(acc[v], c, pix + v * W, std::min(W, valid - v * W));
   }
 };
 
 // The common case, MobileNet's dw + BN + ReLU6: after folding, the chain is one activation,
-// applied with its kind fixed for the whole call (the general map above dispatches on the kind
-// per row chunk, and its accumulators went through the stack).
+// applied with its kind fixed for the whole call (the general map above dispatches on every
+// step's kind per vector).
+// Both layouts' map forms: an NCHW row chunk's accumulators in place, one NHWC vector by value.
 template <class Arch, ActKind K>
 struct DwActEpi {
   Activation act;
   template <class B, int NV>
-  void operator()(B (&acc)[NV], i64, i64, bool) const {
-    for (int v = 0; v < NV; ++v) acc[v] = simd::activate_k<K, Arch>(act, acc[v]);
+  void operator()(B (&acc)[NV], i64, i64) const {
+    for (int v = 0; v < NV; ++v) acc[v] = (*this)(acc[v], 0, 0, 0);
   }
+  fbatch<Arch> operator()(fbatch<Arch> acc, i64, i64, i64) const { return simd::activate_k<K, Arch>(act, acc); }
 };
 
 // NHWC: w (C, 1, R, S) scaled by the folded batchnorms into [R][S][C], one vector of channels
@@ -114,43 +65,14 @@ void pack_dw_folded(const simd::ConvGeom& g, const float* w, const float* sc, fl
       for (i64 c = 0; c < g.C; ++c) out[(r * g.S + s) * g.C + c] = w[c * g.ws[0] + r * g.ws[2] + s * g.ws[3]] * sc[c];
 }
 
-// NHWC: the chain after the folded batchnorms on one vector of a pixel's channels (cnt lanes
-// valid): batchnorm vectors along the channels, the operand at (pixel, channels) through its
-// pixel_rows strides, the activation on the register. Built once per call.
+// NHWC: the chain on one vector of a pixel's channels (pixels are the view's rows, channels its
+// columns).
 template <class Arch>
 struct DwNhwcEpi {
-  using B = fbatch<Arch>;
-  static constexpr i64 W = B::size;
   const ChainEpilogue* epi;
-  // cnt floats from p (stride cs; 0: one value), zero-filled past cnt: nothing beyond is read.
-  static B load(const float* p, i64 cs, i64 cnt) {
-    if (cs == 0) return B(*p);
-    if (cnt == W) return B::load_unaligned(p);
-    alignas(64) float t[W] = {};
-    for (i64 l = 0; l < cnt; ++l) t[l] = p[l];
-    return B::load_aligned(t);
+  fbatch<Arch> operator()(fbatch<Arch> acc, i64 pix, i64 c, i64 cnt) const {
+    return epi->template apply_vector<Arch>(acc, pix, c, cnt);
   }
-  B operator()(B acc, i64 pix, i64 c, i64 cnt) const {
-    for (int s = 0; s < epi->n; ++s) {
-      const EpiStep& st = epi->steps[s];
-      if (st.kind == PostOp::Kind::batchnorm) {  // pixel_rows: rs 0, cs 1
-        acc = xsimd::fma(acc - load(st.p0 + c, 1, cnt), load(st.p1 + c, 1, cnt), load(st.p2 + c, 1, cnt));
-      } else if (st.kind == PostOp::Kind::binary) {
-        acc = simd::binary_op<Arch>(st.binary, acc, load(st.p0 + pix * st.rs + c * st.cs, st.cs, cnt));
-      } else {
-        simd::with_act_kind(st.act.kind,
-                            [&](auto kind) { acc = simd::activate_k<decltype(kind)::value, Arch>(st.act, acc); });
-      }
-    }
-    return acc;
-  }
-};
-
-// NHWC, the chain one activation after folding (MobileNet's dw + BN + ReLU6): its kind fixed.
-template <class Arch, ActKind K>
-struct DwNhwcAct {
-  Activation act;
-  fbatch<Arch> operator()(fbatch<Arch> acc, i64, i64, i64) const { return simd::activate_k<K, Arch>(act, acc); }
 };
 
 struct DepthwiseState {
@@ -224,7 +146,7 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
     };
     if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
       const Activation act = epi.steps[0].act;
-      simd::with_act_kind(act.kind, [&](auto kind) { run(DwNhwcAct<Arch, decltype(kind)::value>{act}); });
+      simd::with_act_kind(act.kind, [&](auto kind) { run(DwActEpi<Arch, decltype(kind)::value>{act}); });
     } else {
       run(DwNhwcEpi<Arch>{&epi});
     }
@@ -249,7 +171,7 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
     simd::with_act_kind(
         act.kind, [&](auto kind) { run([act](i64, i64) { return DwActEpi<Arch, decltype(kind)::value>{act}; }); });
   } else {
-    run([&](i64 n, i64 c) { return DwPlaneEpi<Arch>(epi, image_stride, n, c); });
+    run([&](i64 n, i64 c) { return DwPlaneEpi<Arch>{epi.for_image(image_stride, n), c}; });
   }
 }
 

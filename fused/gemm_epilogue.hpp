@@ -89,6 +89,51 @@ struct ChainEpilogue {
     }
   }
 
+  // The same chain for the images' n-th: binary operands moved on by n image strides (kernels
+  // that index pixels within one image).
+  ChainEpilogue for_image(const std::int64_t* image_stride, std::int64_t img) const {
+    ChainEpilogue e = *this;
+    for (int s = 0; s < n; ++s)
+      if (e.steps[s].kind == PostOp::Kind::binary) e.steps[s].p0 += img * image_stride[s];
+    return e;
+  }
+
+  // Operand vector at (i, j), cnt lanes valid: a broadcast when cs == 0, else cnt floats cs
+  // apart (a partial or strided vector goes through a zero-filled buffer: nothing past the
+  // valid columns is read).
+  template <class Arch>
+  static constexpr auto operand =
+      [](const float* p, std::int64_t rs, std::int64_t cs, std::int64_t i, std::int64_t j, std::int64_t cnt) {
+        using B = fbatch<Arch>;
+        constexpr std::int64_t W = B::size;
+        const float* q = p + i * rs + j * cs;
+        if (cs == 0) return B(*q);
+        if (cs == 1 && cnt == W) return B::load_unaligned(q);
+        alignas(64) float b[W] = {};
+        for (std::int64_t l = 0; l < cnt; ++l) b[l] = q[l * cs];
+        return B::load_aligned(b);
+      };
+
+  // The chain on one vector in registers: x holds elements (i, j .. j + cnt - 1) of the output,
+  // cnt <= the vector width (operand lanes past cnt are not read). For kernels whose finished
+  // values are vectors rather than a tile (the depthwise ones); apply_tile's steps, per vector.
+  template <class Arch>
+  fbatch<Arch> apply_vector(fbatch<Arch> x, std::int64_t i, std::int64_t j, std::int64_t cnt) const {
+    for (int s = 0; s < n; ++s) {
+      const EpiStep& st = steps[s];
+      if (st.kind == PostOp::Kind::batchnorm) {
+        x = xsimd::fma(x - operand<Arch>(st.p0, st.rs, st.cs, i, j, cnt), operand<Arch>(st.p1, st.rs, st.cs, i, j, cnt),
+                       operand<Arch>(st.p2, st.rs, st.cs, i, j, cnt));
+      } else if (st.kind == PostOp::Kind::binary) {
+        x = simd::binary_op<Arch>(st.binary, x, operand<Arch>(st.p0, st.rs, st.cs, i, j, cnt));
+      } else {
+        simd::with_act_kind(st.act.kind,
+                            [&](auto kind) { x = simd::activate_k<decltype(kind)::value, Arch>(st.act, x); });
+      }
+    }
+    return x;
+  }
+
   // The chain on a finished tile in an L1 buffer (see simd::NoEpilogue::apply_tile): t holds
   // rows i0 .. i0 + rows - 1 and columns j0 .. j0 + cols - 1 of the output, row stride ldt.
   // Step by step, each a tight loop over the tile's vectors: per-column operand vectors are
@@ -118,18 +163,7 @@ struct ChainEpilogue {
       else
         x.store_aligned(dst(s, r, v));
     };
-    // Operand vector at (i, j), cnt lanes valid: a broadcast when cs == 0, else cnt floats cs
-    // apart (a partial or strided vector goes through a zero-filled buffer: nothing past the
-    // valid columns is read).
-    const auto load = [](const float* p, std::int64_t rs, std::int64_t cs, std::int64_t i, std::int64_t j,
-                         std::int64_t cnt) {
-      const float* q = p + i * rs + j * cs;
-      if (cs == 0) return B(*q);
-      if (cs == 1 && cnt == W) return B::load_unaligned(q);
-      alignas(64) float b[W] = {};
-      for (std::int64_t l = 0; l < cnt; ++l) b[l] = q[l * cs];
-      return B::load_aligned(b);
-    };
+    const auto load = operand<Arch>;
     for (int s = 0; s < n; ++s) {
       const EpiStep& st = steps[s];
       if (st.kind == PostOp::Kind::batchnorm) {

@@ -280,11 +280,11 @@ inline void copy_floats(const float* src, float* dst, i64 n) {
 // The accumulator map of a plane that has none (the simd stage: its chain runs after the store).
 struct DwNoEpi {
   template <class B, int NV>
-  void operator()(B (&)[NV], i64, i64, bool) const {}
+  void operator()(B (&)[NV], i64, i64) const {}
 };
 
 // NV vectors of one output row of a depthwise plane: out[0, valid) = wb + sum over taps t of
-// wt[t] * in[toff[t] + q], mapped by epi(acc, pix, valid, whole) before the store (pix: the
+// wt[t] * in[toff[t] + q], mapped by epi(acc, pix, valid) before the store (pix: the
 // plane index of out[0]). With `whole`, the last vector is stored in full even past `valid`.
 template <class Arch, int NV, class Epi>
 inline void dw_chunk(const float* in, const i64* toff, const float* wt, i64 taps, float wb, float* out, i64 valid,
@@ -298,7 +298,7 @@ inline void dw_chunk(const float* in, const i64* toff, const float* wt, i64 taps
     const float* xr = in + toff[t];
     for (int v = 0; v < NV; ++v) acc[v] = xsimd::fma(wv, B::load_unaligned(xr + v * Wd), acc[v]);
   }
-  epi(acc, pix, valid, whole);
+  epi(acc, pix, valid);
   for (int v = 0; v < NV - 1; ++v) acc[v].store_unaligned(out + v * Wd);
   if (whole || valid == NV * Wd) {
     acc[NV - 1].store_unaligned(out + (NV - 1) * Wd);
