@@ -19,7 +19,8 @@
 //          row buffer, so that y and sum can be stored non-temporally (the rows 8 KB ahead are
 //          prefetched into L2 meanwhile). y is normalized from L1. DRAM traffic per element:
 //          x, residual in; y [, sum] out - against simd's x, residual in, s out (plus the read
-//          for ownership of s); s in, y out. Without a residual: the simd row kernel.
+//          for ownership of s); s in, y out. Without a residual: the simd stage's row passes
+//          (stats_pass, normalize_row in simd/norm_kernel.hpp, shared by both stages).
 //        softmax: rows up to 4096 floats: max of z, exp(z - max) + sum into an L1 row buffer,
 //          y = e / sum written once from it (non-temporally for tensors >= 16 MiB, the next row
 //          prefetched meanwhile, and that store pipelined into the next row's exp pass as in
@@ -59,10 +60,12 @@ inline namespace OPFUSE_SIMD_NS {
 using simd::fbatch;
 using simd::finish_layer;
 using simd::flush_pending;
+using simd::normalize_row;
 using simd::PendingRow;
 using simd::prefetch_line;
 using simd::RowPrefetch;
 using simd::RowStats;
+using simd::stats_pass;
 using simd::vmax;
 using simd::Walker;
 using simd::write_row;
@@ -360,106 +363,6 @@ void softmax_rows(const Walker& base, i64 b, i64 e, const float* xp, float* yp, 
 }
 
 // ---- layernorm / rmsnorm --------------------------------------------------------------------------
-
-// Pass 1 of a row: s = x [+ res] in registers, stored to buf (when s is not x itself) and to
-// sum (when asked; non-temporally with `stream_sum`), statistics accumulated on the way.
-template <class Arch, class Tick>
-RowStats stats_pass(bool layer, const float* x, const float* res, float* buf, float* sum, bool stream_sum, i64 n,
-                    float eps, Tick tick) {
-  using B = fbatch<Arch>;
-  constexpr i64 W = B::size;
-  auto ld = [&](i64 j) {
-    return res ? B::load_unaligned(x + j) + B::load_unaligned(res + j) : B::load_unaligned(x + j);
-  };
-  auto lds = [&](i64 j) { return res ? x[j] + res[j] : x[j]; };
-  const float k = layer ? lds(0) : 0.f;
-  const B vk(k);
-  B a0(0.f), a1(0.f), q0(0.f), q1(0.f);
-  float s1 = 0.f, s2 = 0.f;
-  auto scalar = [&](i64 j) {
-    const float v = lds(j);
-    if (buf) buf[j] = v;
-    if (sum) sum[j] = v;
-    const float d = v - k;
-    s1 += d;
-    s2 += d * d;
-  };
-  i64 j = 0;
-  bool nt = false;  // the sum body is vector-aligned and streamed
-  if (sum && stream_sum && reinterpret_cast<std::uintptr_t>(sum) % sizeof(float) == 0) {
-    for (; j < n && reinterpret_cast<std::uintptr_t>(sum + j) % sizeof(B) != 0; ++j) scalar(j);
-    nt = true;
-  }
-  auto put = [&](i64 at, B v) {
-    if (buf) v.store_unaligned(buf + at);
-    if (sum) {
-      if (nt)
-        simd::store_stream<Arch>(sum + at, v);
-      else
-        v.store_unaligned(sum + at);
-    }
-  };
-  for (; j + 2 * W <= n; j += 2 * W) {
-    tick(), tick();
-    const B v0 = ld(j), v1 = ld(j + W);
-    put(j, v0);
-    put(j + W, v1);
-    const B d0 = v0 - vk, d1 = v1 - vk;
-    if (layer) a0 += d0, a1 += d1;
-    q0 = xsimd::fma(d0, d0, q0);
-    q1 = xsimd::fma(d1, d1, q1);
-  }
-  for (; j + W <= n; j += W) {
-    tick();
-    const B v = ld(j);
-    put(j, v);
-    const B d = v - vk;
-    if (layer) a0 += d;
-    q0 = xsimd::fma(d, d, q0);
-  }
-  s1 += xsimd::hadd(a0 + a1);
-  s2 += xsimd::hadd(q0 + q1);
-  for (; j < n; ++j) scalar(j);  // scalar tail
-  const float fn = static_cast<float>(n);
-  if (!layer) return {0.f, 0.f, 1.f / std::sqrt(s2 / fn + eps)};
-  return finish_layer<Arch>(buf ? buf : x, n, k, s1, s2, eps);
-}
-
-// Pass 2: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm), s * rstd * g (rmsnorm); pf(j)
-// once per vector (prefetches).
-template <class Arch, class PF>
-void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, i64 n, const RowStats& st,
-                   bool stream, PF pf_next) {
-  using B = fbatch<Arch>;
-  const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
-  const float k = st.shift, md = st.mean_d, r = st.rstd;
-  // Rows whose scale and bias, with the row, overflow L1: those prefetched into L1 ahead.
-  const bool far = layer && n >= 2048;
-  const float* gl1 = far ? g : nullptr;
-  const float* bl1 = far ? b : nullptr;
-  auto pf = [&](i64 j) {
-    pf_next(j);
-    simd::prefetch_l1<Arch>(gl1, j);
-    simd::prefetch_l1<Arch>(bl1, j);
-  };
-  if (!layer) {
-    write_row<Arch>(
-        y, n, stream, [&](i64 j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
-        [&](i64 j) { return s[j] * r * g[j]; }, pf);
-  } else if (b) {
-    write_row<Arch>(
-        y, n, stream,
-        [&](i64 j) {
-          const B d = (B::load_unaligned(s + j) - vk) - vmd;
-          return xsimd::fma(d * vr, B::load_unaligned(g + j), B::load_unaligned(b + j));
-        },
-        [&](i64 j) { return ((s[j] - k) - md) * r * g[j] + b[j]; }, pf);
-  } else {
-    write_row<Arch>(
-        y, n, stream, [&](i64 j) { return ((B::load_unaligned(s + j) - vk) - vmd) * vr * B::load_unaligned(g + j); },
-        [&](i64 j) { return ((s[j] - k) - md) * r * g[j]; }, pf);
-  }
-}
 
 }  // namespace
 }  // namespace OPFUSE_SIMD_NS

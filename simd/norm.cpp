@@ -19,11 +19,12 @@
 //          the whole tensor, s = x + residual into the sum output (write_sum) or into y, as in
 //          naive (fusion is data: the unfused stages run it as a separate pass; fused/norm.cpp
 //          does it inside the row). Then per contiguous row: one statistics pass and one
-//          normalize pass. layernorm's statistics pass sums d = s - s[0] and d^2 together
-//          (shifted data: the shift is a sample of the row, so the cancellation in
-//          sum(d^2) - sum(d)^2 / n is small for any mean); where it would still lose more than
-//          2 bits (the first element far out in the row's distribution) the variance is
-//          recomputed around the mean from L1, so |mean| >> std stays as exact as two-pass.
+//          normalize pass (stats_pass and normalize_row of simd/norm_kernel.hpp, shared with
+//          the fused stage, which calls them with the residual). layernorm's statistics pass sums d = s - s[0] and d^2
+//          together (shifted data: the shift is a sample of the row, so the cancellation in sum(d^2) - sum(d)^2 / n is
+//          small for any mean); where it would still lose more than 2 bits (the first element far out in the row's
+//          distribution) the variance is recomputed around the mean from L1, so |mean| >> std stays as exact as
+//          two-pass.
 //        Large tensors (y >= 16 MiB) stream: y is written with non-temporal stores (no
 //          read-for-ownership, no eviction of the row being worked on) and the next row is
 //          prefetched into L2 (prefetcht1: into L1 it evicted the row being worked on and
@@ -346,108 +347,6 @@ void add_pass(const float* x, const float* res, float* s, std::int64_t count, in
   });
 }
 
-// The statistics of one row s (n floats), in one pass.
-// layernorm: mean and 1/sqrt(var + eps) from the sums of d = s - k and d^2, with the shift k =
-//   s[0] (returned too: the normalize pass forms (s - k) - mean_d, exact where s is near k). The
-//   cancellation in var = (sum(d^2) - sum(d)^2 / n) / n scales the sums' rounding by
-//   sum(d^2) / (n var) = 1 + (mean - k)^2 / var; above 4 (s[0] more than sqrt(3) standard
-//   deviations from the mean) the variance is recomputed around the mean (s is in L1 then).
-// rmsnorm: 1/sqrt(mean(s^2) + eps).
-// tick() runs once per vector (the rows ahead prefetched along the way).
-
-template <class Arch, class Tick>
-RowStats row_stats(bool layer, const float* s, std::int64_t n, float eps, Tick tick) {
-  using B = fbatch<Arch>;
-  constexpr std::int64_t W = B::size;
-  const float fn = static_cast<float>(n);
-  RowStats st;
-  if (!layer) {
-    B a0(0.f), a1(0.f), a2(0.f), a3(0.f);
-    std::int64_t j = 0;
-    for (; j + 4 * W <= n; j += 4 * W) {
-      tick(), tick(), tick(), tick();
-      const B v0 = B::load_unaligned(s + j), v1 = B::load_unaligned(s + j + W);
-      const B v2 = B::load_unaligned(s + j + 2 * W), v3 = B::load_unaligned(s + j + 3 * W);
-      a0 = xsimd::fma(v0, v0, a0);
-      a1 = xsimd::fma(v1, v1, a1);
-      a2 = xsimd::fma(v2, v2, a2);
-      a3 = xsimd::fma(v3, v3, a3);
-    }
-    for (; j + W <= n; j += W) {
-      tick();
-      const B v = B::load_unaligned(s + j);
-      a0 = xsimd::fma(v, v, a0);
-    }
-    float ss = xsimd::hadd((a0 + a1) + (a2 + a3));
-    for (; j < n; ++j) ss += s[j] * s[j];  // scalar tail
-    st.rstd = 1.f / std::sqrt(ss / fn + eps);
-    return st;
-  }
-  const float k = s[0];
-  const B vk(k);
-  B a0(0.f), a1(0.f), q0(0.f), q1(0.f);
-  std::int64_t j = 0;
-  for (; j + 2 * W <= n; j += 2 * W) {
-    tick(), tick();
-    const B d0 = B::load_unaligned(s + j) - vk, d1 = B::load_unaligned(s + j + W) - vk;
-    a0 += d0;
-    a1 += d1;
-    q0 = xsimd::fma(d0, d0, q0);
-    q1 = xsimd::fma(d1, d1, q1);
-  }
-  if (j + W <= n) {
-    tick();
-    const B d = B::load_unaligned(s + j) - vk;
-    a0 += d;
-    q0 = xsimd::fma(d, d, q0);
-    j += W;
-  }
-  float s1 = xsimd::hadd(a0 + a1), s2 = xsimd::hadd(q0 + q1);
-  for (; j < n; ++j) {  // scalar tail
-    const float d = s[j] - k;
-    s1 += d;
-    s2 += d * d;
-  }
-  return finish_layer<Arch>(s, n, k, s1, s2, eps);
-}
-
-// The normalize pass of one row: y = ((s - k) - mean_d) * rstd * g [+ b] (layernorm),
-// y = s * rstd * g (rmsnorm); non-temporal stores with `stream`; tick() once per vector.
-template <class Arch, class Tick>
-void normalize_row(bool layer, const float* s, const float* g, const float* b, float* y, std::int64_t n,
-                   const RowStats& st, bool stream, Tick tick) {
-  using B = fbatch<Arch>;
-  const B vk(st.shift), vmd(st.mean_d), vr(st.rstd);
-  const float k = st.shift, md = st.mean_d, r = st.rstd;
-  // Rows whose scale and bias, with the row, overflow L1: those prefetched into L1 ahead.
-  const bool far = n >= 2048;
-  const float* gl1 = far && layer ? g : nullptr;
-  const float* bl1 = far && layer ? b : nullptr;
-  auto pf = [&](std::int64_t j) {
-    tick();
-    prefetch_l1<Arch>(gl1, j);
-    prefetch_l1<Arch>(bl1, j);
-  };
-  if (!layer) {
-    write_row<Arch>(
-        y, n, stream, [&](std::int64_t j) { return B::load_unaligned(s + j) * vr * B::load_unaligned(g + j); },
-        [&](std::int64_t j) { return s[j] * r * g[j]; }, pf);
-  } else if (b) {
-    write_row<Arch>(
-        y, n, stream,
-        [&](std::int64_t j) {
-          const B d = (B::load_unaligned(s + j) - vk) - vmd;
-          return xsimd::fma(d * vr, B::load_unaligned(g + j), B::load_unaligned(b + j));
-        },
-        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j] + b[j]; }, pf);
-  } else {
-    write_row<Arch>(
-        y, n, stream,
-        [&](std::int64_t j) { return ((B::load_unaligned(s + j) - vk) - vmd) * vr * B::load_unaligned(g + j); },
-        [&](std::int64_t j) { return ((s[j] - k) - md) * r * g[j]; }, pf);
-  }
-}
-
 }  // namespace
 
 template <class Arch>
@@ -488,9 +387,9 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
     for (std::int64_t r = rb; r < re; ++r) {
       const float* row = s + r * n;
       // Pass 1 - the row statistics (layernorm: mean and variance; rmsnorm: mean square).
-      const RowStats st = row_stats<Arch>(layer, row, n, p.epsilon, tick);
+      const RowStats st = stats_pass<Arch>(layer, row, nullptr, nullptr, nullptr, false, n, p.epsilon, tick);
       // Pass 2 - normalize from L1. Streaming: non-temporal stores.
-      normalize_row<Arch>(layer, row, gp, bp, yp + r * n, n, st, stream, tick);
+      normalize_row<Arch>(layer, row, gp, bp, yp + r * n, n, st, stream, [&](std::int64_t) { tick(); });
     }
   };
   parallel_for(rows, args.threads, n >= 4096 ? 1 : 4096 / n, [&](std::int64_t rb, std::int64_t re) {
