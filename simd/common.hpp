@@ -114,6 +114,53 @@ inline void store_stream(float* p, fbatch<Arch> v) {
     _mm_stream_ps(p, v);
 }
 
+// The first n (0 < n < W) floats of p as a batch, the other lanes 0, and the first n lanes of v
+// stored to p: a row's last partial vector, without reading or writing past its end. Masked
+// moves on AVX-512 and AVX2 (masked-off lanes do not fault); SSE2 through a stack copy.
+template <class Arch>
+inline fbatch<Arch> load_partial(const float* p, std::int64_t n) {
+#ifdef __AVX512F__
+  if constexpr (fbatch<Arch>::size == 16) return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+#endif
+#ifdef __AVX2__
+  if constexpr (fbatch<Arch>::size == 8)
+    return _mm256_maskload_ps(
+        p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+#endif
+  if constexpr (fbatch<Arch>::size == 4) {  // 1 to 3 floats: scalar and 64-bit moves
+    const __m128 lo = n >= 2 ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))) : _mm_load_ss(p);
+    return n == 3 ? _mm_movelh_ps(lo, _mm_load_ss(p + 2)) : lo;
+  } else {
+    alignas(64) float t[fbatch<Arch>::size] = {};
+    for (std::int64_t l = 0; l < n; ++l) t[l] = p[l];
+    return fbatch<Arch>::load_aligned(t);
+  }
+}
+template <class Arch>
+inline void store_partial(float* p, fbatch<Arch> v, std::int64_t n) {
+#ifdef __AVX512F__
+  if constexpr (fbatch<Arch>::size == 16) return _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+#endif
+#ifdef __AVX2__
+  if constexpr (fbatch<Arch>::size == 8)
+    return _mm256_maskstore_ps(
+        p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+#endif
+  if constexpr (fbatch<Arch>::size == 4) {
+    const __m128 r = v;
+    if (n >= 2) {
+      _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(r));
+      if (n == 3) _mm_store_ss(p + 2, _mm_movehl_ps(r, r));
+    } else {
+      _mm_store_ss(p, r);
+    }
+  } else {
+    alignas(64) float t[fbatch<Arch>::size];
+    v.store_aligned(t);
+    for (std::int64_t l = 0; l < n; ++l) p[l] = t[l];
+  }
+}
+
 }  // namespace OPFUSE_SIMD_NS
 }  // namespace opfuse::simd
 

@@ -514,6 +514,14 @@ void pool_cases(Cases& c) {
   c.add(pool(op, {1, 3, 10, 10}, {3, 3, 2, 2, p1, 1, 1, true}));  // ceil mode + padding
   c.add(pool(op, {1, 3, 5, 5}, {3, 3, 3, 3, p1, 1, 1, true}));    // ceil drops a window that starts in padding
   c.add(pool(op, {1, 5, 11, 11}, {3, 3, 3, 3, {}, 1, 1, true}));  // ceil with a partial last window
+  // NCHW rows: whole vectors and a partial last one (masked) in every pass - odd and even
+  // stride-2 widths across several vectors, a left pad of 2 (the column buffer's alignment
+  // shift), and kernels over 16 taps (several sweeps reading back the partial result).
+  c.add(pool(op, {1, 3, 9, 67}, {3, 3, 2, 2, p1}), kNan);
+  c.add(pool(op, {1, 2, 7, 64}, {3, 3, 2, 2}));
+  c.add(pool(op, {1, 2, 6, 35}, {5, 5, 2, 2, {2, 2, 2, 2}}));
+  c.add(pool(op, {1, 2, 20, 37}, {18, 17, 1, 1}));
+  c.add(pool(op, {1, 2, 20, 37}, {18, 17, 1, 2, {1, 2, 1, 2}}), kNan);
   if (avg) {
     c.add(pool(op, {1, 16, 12, 12}, {3, 3, 1, 1, p1, 1, 1, false, true}));
     c.add(pool(op, {1, 5, 7, 7}, {3, 3, 2, 2, p1, 1, 1, false, true}));
