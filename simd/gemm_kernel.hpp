@@ -168,6 +168,11 @@ std::int64_t gemm_a_block(std::int64_t m, std::int64_t kc) {
   return gemm_round_up(kc * std::max(mc, one), 16);
 }
 
+// Problems of at most this many rows (and B not transposed, not packed) take sgemm_rows: a
+// register tile of mr rows would be mostly empty, and packing B - used once - is pure extra
+// traffic.
+inline constexpr std::int64_t kGemvRows = 4;
+
 template <class Arch>
 std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int threads, std::int64_t nc_cap = 0) {
   constexpr std::int64_t nr = GemmTile<Arch>::nr;
@@ -177,7 +182,10 @@ std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int 
   if (nc_cap > 0) nc = std::min(nc, gemm_round_up(nc_cap, nr));
   const std::int64_t b_block = gemm_round_up(kc * nc, 16), a_block = gemm_a_block<Arch>(m, kc);
   const std::int64_t edge = gemm_round_up(kc * nr, 16);  // a right-edge B panel when B is read in place
-  return static_cast<std::size_t>(16 + b_block + std::max(threads, 1) * (a_block + edge));
+  // The row-streaming path of at most kGemvRows rows (sgemm_rows) accumulates in m rows of
+  // round_up(n, 16) floats instead.
+  const std::int64_t rows = m <= kGemvRows ? m * gemm_round_up(n, 16) : 0;
+  return static_cast<std::size_t>(16 + std::max(b_block + std::max(threads, 1) * (a_block + edge), rows));
 }
 
 namespace gemm_detail {
@@ -579,6 +587,107 @@ void pack_b(const float* b, std::int64_t ldb, bool trans_b, std::int64_t n, std:
   }
 }
 
+// The few-row GEMM (m <= kGemvRows, op(B) = B read in place): the batch-1 classifier, a
+// decoder's single token. Nothing to pack and no register tile to fill: B's rows stream once,
+// in order, kb at a time (8 for 1-2 rows, 4 for 3-4: kb sequential streams the hardware
+// prefetcher follows; software prefetch measured no better), each vector of them multiplied
+// into the m accumulator rows (acc, round_up(n, 16) floats per row, in L1 / L2): per vector of
+// columns, kb B loads, m accumulator loads and stores, kb m FMAs. The threads split the
+// columns. Then per nr columns: alpha, beta, bias and the epilogue on the accumulators, and C
+// stored once. See simd/gemm.cpp for the measurements.
+template <class Arch, class Epi>
+void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
+  using B = fbatch<Arch>;
+  constexpr int64_t W = B::size, nr = GemmTile<Arch>::nr;
+  const int64_t M = g.m, N = g.n, K = g.k, lda = gemm_round_up(N, 16);
+  auto a_at = [&](int64_t i, int64_t k) {
+    const float v = g.trans_a ? g.a[k * g.lda + i] : g.a[i * g.lda + k];
+    return g.a_scale ? v * g.a_scale[i] : v;
+  };
+  int t = team_size(g.threads);
+  if (2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < 4e6) t = 1;
+  t = static_cast<int>(std::min<int64_t>(t, gemm_ceil_div(N, nr)));
+  auto body = [&](int id, int nt) {
+    const auto [j0, j1] = gemm_detail::split(N, nt, id, nr);
+    if (j0 >= j1) return;
+    // The k loop: rows k .. k + kb - 1 of B (kb = 8 or 4, then 1 for the last rows) into the
+    // accumulators of columns [j0, j1); the first sweep writes them, the others add. The row
+    // count is a template parameter, so the broadcast A values stay in registers.
+    auto sweep = [&](int64_t k, auto kb_c, auto m_c, bool first) {
+      constexpr int kb = decltype(kb_c)::value, mm = decltype(m_c)::value;
+      std::array<const float*, kb> br;
+      for (int r = 0; r < kb; ++r) br[static_cast<std::size_t>(r)] = g.b + (k + r) * g.ldb;
+      std::array<std::array<B, kb>, mm> av;
+      for (int i = 0; i < mm; ++i)
+        for (int r = 0; r < kb; ++r) av[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] = B(a_at(i, k + r));
+      for (int64_t j = j0; j < j1; j += W) {
+        const int64_t n = j1 - j;
+        std::array<B, kb> bv;
+        for (int r = 0; r < kb; ++r) {
+          const float* p = br[static_cast<std::size_t>(r)] + j;
+          bv[static_cast<std::size_t>(r)] = n >= W ? B::load_unaligned(p) : load_partial<Arch>(p, n);
+        }
+        for (int i = 0; i < mm; ++i) {
+          float* c = acc + i * lda + j;
+          B s = first ? B(0.f) : B::load_aligned(c);
+          for (int r = 0; r < kb; ++r)
+            s = xsimd::fma(av[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)],
+                           bv[static_cast<std::size_t>(r)], s);
+          s.store_aligned(c);
+        }
+      }
+    };
+    auto k_loop = [&](auto m_c) {
+      constexpr int kb = decltype(m_c)::value <= 2 ? 8 : 4;  // m x kb broadcasts + kb B vectors in registers
+      int64_t k = 0;
+      for (; k + kb <= K; k += kb) sweep(k, std::integral_constant<int, kb>{}, m_c, k == 0);
+      for (; k < K; ++k) sweep(k, std::integral_constant<int, 1>{}, m_c, k == 0);
+    };
+    switch (M) {
+      case 1: k_loop(std::integral_constant<int, 1>{}); break;
+      case 2: k_loop(std::integral_constant<int, 2>{}); break;
+      case 3: k_loop(std::integral_constant<int, 3>{}); break;
+      default: k_loop(std::integral_constant<int, 4>{}); break;
+    }
+    // Finish nr columns at a time: C = alpha * acc + beta * C + bias, the epilogue, one store.
+    const B va(g.alpha), vb(g.beta);
+    for (int64_t jt = j0; jt < j1; jt += nr) {
+      const int64_t cols = std::min(nr, j1 - jt);
+      for (int64_t i = 0; i < M; ++i) {
+        float* row = acc + i * lda;
+        const float* bias = g.bias ? g.bias + i * g.bias_rs : nullptr;
+        for (int64_t j = jt; j < jt + cols; j += W) {
+          const int64_t n = jt + cols - j;
+          B v = B::load_aligned(row + j) * va;
+          if (g.beta != 0.f) {
+            const float* cp = g.c + i * g.ldc + j;
+            v = xsimd::fma(vb, n >= W ? B::load_unaligned(cp) : load_partial<Arch>(cp, n), v);
+          }
+          if (bias)
+            v += g.bias_cs ? (n >= W ? B::load_unaligned(bias + j) : load_partial<Arch>(bias + j, n)) : B(*bias);
+          v.store_aligned(row + j);
+        }
+      }
+      if constexpr (Epi::enabled) epi.template apply_tile<Arch>(acc + jt, lda, static_cast<int>(M), 0, jt, cols);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = jt; j < jt + cols; j += W) {
+          const int64_t n = jt + cols - j;
+          const B v = B::load_aligned(acc + i * lda + j);
+          if (n >= W)
+            v.store_unaligned(g.c + i * g.ldc + j);
+          else
+            store_partial<Arch>(g.c + i * g.ldc + j, v, n);
+        }
+    }
+  };
+  if (t <= 1) {
+    body(0, 1);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  body(omp_get_thread_num(), omp_get_num_threads());
+}
+
 // C = alpha * op(A) op(B) + beta * C + bias, then epi. The BLIS loop nest:
 //   jc over n in NC blocks      packed B block (kc x nc) shared by the team, in L3
 //    pc over k in KC blocks      (B packed cooperatively, one barrier before and after)
@@ -608,6 +717,10 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
         y = x;
       }
     return;
+  }
+  if (M <= kGemvRows && !g.packed_b && !g.trans_b) {
+    float* acc = g.workspace + ((16 - reinterpret_cast<std::uintptr_t>(g.workspace) / sizeof(float) % 16) % 16);
+    return sgemm_rows<Arch>(g, epi, acc);
   }
   const GemmBlocking bl = gemm_blocking<Arch>();
   const int64_t ks = gemm_k_step<Arch>(K);

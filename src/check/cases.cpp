@@ -168,6 +168,19 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(200, 300, 600, gp(true, false, 1.f, 0.f, {act(ActKind::gelu_erf)}), {300}), kConst);
   c.add(gemm(131, 1030, 70), kConst | kUnaligned);
   c.add(gemm(8, 24, 40, gp(false, false, 1.f, 0.f, {act(ActKind::silu), act(Activation::leaky_relu(0.1f))}), {1, 24}));
+  // At most 4 rows (sgemm_rows: B's rows streamed once, no packing): N tails, K % 4, trans_a,
+  // alpha / beta, every bias shape, post-op chains in the epilogue, and two threads splitting
+  // the columns (2 m n k above 4e6).
+  c.add(gemm(1, 1000, 2048, {}, {1000}));
+  c.add(gemm(2, 77, 13, gp(true, false, 0.5f, 1.f)), kUnaligned);
+  c.add(gemm(3, 33, 6, {}, {3, 1}));
+  c.add(gemm(4, 40, 9, {}, {4, 40}), kNan);
+  c.add(gemm(4, 17, 5, {}, {1}));
+  c.add(gemm(1, 300, 70, gp(false, false, 1.f, 0.f, {PostOp::batchnorm(), PostOp::add(), act(ActKind::gelu_erf)}),
+             {300}));
+  c.add(gemm(3, 45, 31, gp(false, false, 1.f, 1.f, {PostOp::binary_op(BinaryKind::mul), act(ActKind::sigmoid)})));
+  c.add(gemm(2, 2050, 1100, gp(false, false, 1.f, 0.f, {act(ActKind::relu)}), {2050}));
+  c.add(gemm(1, 64, 17, gp(false, true)), kConst);  // transposed or bound B: the BLIS path
   // Drawn from the seed.
   for (int i = 0; i < 3; ++i) {
     const std::int64_t m = rng.range(1, 70), n = rng.range(1, 70), k = rng.range(1, 70);
