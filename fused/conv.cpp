@@ -212,18 +212,17 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
         const i64 cn = std::min(CB, g.Cg - c0);
         const bool first = c0 == 0, last = c0 + cn == g.Cg;
         const float* wc = wk + c0 * g.R * g.S * pl.KB;
+        simd::TilePixels tp(p0);
         for (i64 t = 0; t < ntiles; ++t) {
           const float* xs[MR];
           float* ys[MR];
-          i64 pix[MR];
+          i64 pix[MR], ps[MR], qs[MR];
+          tp.template next<MR>(t * MR, npix, g.Q, ps, qs);
           for (int i = 0; i < MR; ++i) {
-            i64 px = t * MR + i;
-            const bool real = px < npix;
-            if (!real) px = npix - 1;  // tile padding: recompute the last pixel, do not store
-            const i64 pq = a + px, p = pq / g.Q, q = pq % g.Q;
-            xs[i] = xn + (p * g.sh * pl.Wp + q * g.sw) * C + gi * g.Cg + c0;
-            ys[i] = real ? yt + px * K + k0 : nullptr;
-            pix[i] = pq;
+            const i64 px = t * MR + i;
+            xs[i] = xn + (ps[i] * g.sh * pl.Wp + qs[i] * g.sw) * C + gi * g.Cg + c0;
+            ys[i] = px < npix ? yt + px * K + k0 : nullptr;
+            pix[i] = ps[i] * g.Q + qs[i];
           }
           direct_tile_epi<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first,
                                         last && epi.n > 0 && !pl.ybuf ? &epi : nullptr, pix, k0);
@@ -244,8 +243,7 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
       const i64 kn = std::min(KT, K - kt);
       simd::transpose_2d<Arch>(yt + pb * K + kt, K, t, PT, cnt, kn);
       if (epi.n > 0) epi.template apply_tile<Arch>(t, PT, static_cast<int>(kn), kt, a + pb, cnt);
-      for (i64 k = 0; k < kn; ++k)
-        std::memcpy(y + (n * K + kt + k) * PQ + a + pb, t + k * PT, static_cast<std::size_t>(cnt) * sizeof(float));
+      for (i64 k = 0; k < kn; ++k) simd::copy_floats<Arch>(t + k * PT, y + (n * K + kt + k) * PQ + a + pb, cnt);
     }
   }
 }

@@ -252,24 +252,21 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
         const i64 cn = std::min(CB, g.Cg - c0);
         const bool first = c0 == 0, last = c0 + cn == g.Cg;
         const float* wc = wk + c0 * g.R * g.S * pl.KB;
+        TilePixels tp(p0);
         for (i64 t = 0; t < ntiles; ++t) {
           const float* xs[MR];
           float* ys[MR];
+          i64 ps[MR], qs[MR];
+          tp.template next<MR>(t * MR, npix, g.Q, ps, qs);
           for (int i = 0; i < MR; ++i) {
-            i64 pix = t * MR + i;
-            const bool real = pix < npix;
-            if (!real) pix = npix - 1;  // tile padding: recompute the last pixel, do not store
-            const i64 pq = a + pix, p = pq / g.Q, q = pq % g.Q;
-            xs[i] = xn + (p * g.sh * pl.Wp + q * g.sw) * C + gi * g.Cg + c0;
-            ys[i] = real ? yt + pix * K + k0 : nullptr;
+            const i64 pix = t * MR + i;
+            xs[i] = xn + (ps[i] * g.sh * pl.Wp + qs[i] * g.sw) * C + gi * g.Cg + c0;
+            ys[i] = pix < npix ? yt + pix * K + k0 : nullptr;
           }
           direct_tile<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first);
           if (last && !pl.ybuf && ch.n > 0) {  // NHWC output: the chain on the tile just stored
-            for (int i = 0; i < MR; ++i) {
-              if (!ys[i]) continue;
-              const i64 pq = a + t * MR + i;
-              chain_run<Arch>(ch, ys[i], valid, n, k0, pq / g.Q, pq % g.Q, true);
-            }
+            for (int i = 0; i < MR; ++i)
+              if (ys[i]) chain_run<Arch>(ch, ys[i], valid, n, k0, ps[i], qs[i], true);
           }
         }
       }

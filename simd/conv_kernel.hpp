@@ -277,6 +277,25 @@ inline void copy_floats(const float* src, float* dst, i64 n) {
   for (; j < n; ++j) dst[j] = src[j];
 }
 
+// The output pixels of a direct-conv block's register tiles, as (row, column) pairs stepped
+// along the block without a division per pixel (a 64-bit division per pixel cost as much as
+// the 27 taps of a 3-channel stem's pixel). Tile pixels past the block's npix repeat its last
+// pixel (computed again, never stored).
+struct TilePixels {
+  i64 p, q = 0;  // the next tile's first pixel
+  explicit TilePixels(i64 row0) : p(row0) {}
+  template <int MR>
+  void next(i64 first, i64 npix, i64 Q, i64* ps, i64* qs) {
+    i64 pp = p, qq = q;
+    for (int i = 0; i < MR; ++i) {
+      ps[i] = pp, qs[i] = qq;
+      if (first + i + 1 < npix && ++qq == Q) qq = 0, ++pp;
+    }
+    for (int i = 0; i < MR; ++i)
+      if (++q == Q) q = 0, ++p;
+  }
+};
+
 // The accumulator map of a plane that has none (the simd stage: its chain runs after the store).
 struct DwNoEpi {
   template <class B, int NV>
