@@ -128,7 +128,8 @@ std::vector<OpDesc> bench_cases() {
 
   // gemm: the square reference point; the BERT-base encoder layer's projections at 128 tokens
   // (fused QKV, attention output, FFN up + GELU, FFN down) and 512 tokens (QKV, FFN up); and
-  // ResNet-50's classifier, a matrix-vector product (M = 1) that is bound by reading the weights.
+  // ResNet-50's classifier, a matrix-vector product (M = 1) that is bound by reading the weights,
+  // and a decoder's single-token projection with transposed weights.
   c.push_back(gemm(1024, 1024, 1024, false));
   c.push_back(gemm(128, 3072, 768, true, {gelu}));  // FFN up-projection + bias + GELU
   c.push_back(gemm(128, 768, 3072, true));          // FFN down-projection + bias
@@ -137,6 +138,14 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(gemm(512, 3072, 768, true, {gelu}));
   c.push_back(gemm(512, 2304, 768, true));
   c.push_back(gemm(1, 1000, 2048, true));  // ResNet-50 fc
+  // One decoded token through a 4096-wide projection with the weight in PyTorch's Linear layout
+  // (out, in), i.e. op(B) = B^T: 64 MiB of weights read once per call, DRAM-bound.
+  {
+    OpDesc d = gemm(1, 4096, 4096, false);
+    d.inputs[1] = td({4096, 4096});
+    std::get<GemmParams>(d.params).trans_b = true;
+    c.push_back(std::move(d));
+  }
 
   // conv2d: ResNet-50 layer1 3x3, layer1 1x1 reduce with its BN + residual + ReLU tail, the
   // 7x7/2 stem, and a MobileNetV2 depthwise 3x3 (24*6 = 144 channels at 56x56).

@@ -41,15 +41,18 @@
 //   (row step ldb, prefetched 16 k steps ahead), with no B buffer and no barriers; only a
 //   right-edge panel narrower than nr is packed (zero-padded). 128x3072x768+bias+gelu, t1:
 //   7.6 -> 6.5 ms (packing B, 9 MiB, had been ~15% of the call).
-// Few rows (m <= 4, B not transposed and not bound): sgemm_rows instead of the loop nest. A
-//   14-row register tile would run 1 to 4 of its rows, and every B element is used once, so
-//   packing B - or reading it in place down 32-column micro-panels, 2048 rows of 128 bytes at
-//   a 4000-byte step for the 1 x 1000 x 2048 classifier - only slows the one pass over B. The
-//   rows of B stream in order instead, 8 (4 for 3-4 rows) at a time, into accumulator rows in
-//   L1; threads split the columns. 1x1000x2048+bias (B 8 MiB, in L3 across calls): t1 182 ->
-//   131 us (oneDNN 125-135), t2 134 -> 93 us (oneDNN 73-78); medians of 3 and 2 A/B pairs.
-//   The row count is a template parameter: with it at run time the broadcast A values lived
-//   on the stack and the pass ran at 190-215 us.
+// Few rows (m <= 4, B not bound at prepare): sgemm_rows instead of the loop nest. A 14-row
+//   register tile would run 1 to 4 of its rows, and every B element is used once, so packing B
+//   - or reading it in place down 32-column micro-panels, 2048 rows of 128 bytes at a
+//   4000-byte step for the 1 x 1000 x 2048 classifier - only slows the one pass over B. B's
+//   rows stream in order instead, 8 (4 for 3-4 rows) at a time, into accumulator rows in L1;
+//   a transposed B (PyTorch's Linear weight, (n, k)) is read as 8 (4) rows of dot products
+//   with A's rows. Threads split the columns. The row count is a template parameter: with it
+//   at run time the broadcast A values lived on the stack and the pass ran at 190-215 us.
+//   Before -> after, medians of A/B pairs, t1 / t2 (oneDNN):
+//     1x1000x2048+bias (B 8 MiB, in L3)        182 -> 131 us (125-135) / 134 -> 93 us (73-78)
+//     1x4096x4096, B^T (64 MiB, from DRAM)   23.7 -> 2.76 ms (4.6-5.2)  / 10.1 -> 1.52 ms
+//       (the loop nest packed - transposed - all 64 MiB of B on every call; Eigen 2.4-2.9 ms)
 // A packing on AVX-512: 16 k steps of a tile's rows are loaded as 16 vectors and transposed in
 //   registers (unpacks, then 128-bit lane shuffles) instead of moved one float at a time:
 //   1024^3, perf: 4.6% -> 1.6% of the time.

@@ -168,7 +168,7 @@ std::int64_t gemm_a_block(std::int64_t m, std::int64_t kc) {
   return gemm_round_up(kc * std::max(mc, one), 16);
 }
 
-// Problems of at most this many rows (and B not transposed, not packed) take sgemm_rows: a
+// Problems of at most this many rows (and B not packed at prepare) take sgemm_rows: a
 // register tile of mr rows would be mostly empty, and packing B - used once - is pure extra
 // traffic.
 inline constexpr std::int64_t kGemvRows = 4;
@@ -587,14 +587,14 @@ void pack_b(const float* b, std::int64_t ldb, bool trans_b, std::int64_t n, std:
   }
 }
 
-// The few-row GEMM (m <= kGemvRows, op(B) = B read in place): the batch-1 classifier, a
-// decoder's single token. Nothing to pack and no register tile to fill: B's rows stream once,
-// in order, kb at a time (8 for 1-2 rows, 4 for 3-4: kb sequential streams the hardware
+// The few-row GEMM (m <= kGemvRows, B not packed): the batch-1 classifier, a decoder's single
+// token. Nothing to pack and no register tile to fill: B is read once, in order. B (k, n):
+// its rows stream kb at a time (8 for 1-2 rows, 4 for 3-4: kb sequential streams the hardware
 // prefetcher follows; software prefetch measured no better), each vector of them multiplied
-// into the m accumulator rows (acc, round_up(n, 16) floats per row, in L1 / L2): per vector of
-// columns, kb B loads, m accumulator loads and stores, kb m FMAs. The threads split the
-// columns. Then per nr columns: alpha, beta, bias and the epilogue on the accumulators, and C
-// stored once. See simd/gemm.cpp for the measurements.
+// into the m accumulator rows (acc, round_up(n, 16) floats per row, in L1 / L2). B^T (n, k):
+// 8 (4) of its rows at a time as dot products with A's m rows, reduced across lanes into acc.
+// The threads split the columns. Then per nr columns: alpha, beta, bias and the epilogue on
+// the accumulators, and C stored once. See simd/gemm.cpp for the measurements.
 template <class Arch, class Epi>
 void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
   using B = fbatch<Arch>;
@@ -643,12 +643,61 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
       for (; k + kb <= K; k += kb) sweep(k, std::integral_constant<int, kb>{}, m_c, k == 0);
       for (; k < K; ++k) sweep(k, std::integral_constant<int, 1>{}, m_c, k == 0);
     };
-    switch (M) {
-      case 1: k_loop(std::integral_constant<int, 1>{}); break;
-      case 2: k_loop(std::integral_constant<int, 2>{}); break;
-      case 3: k_loop(std::integral_constant<int, 3>{}); break;
-      default: k_loop(std::integral_constant<int, 4>{}); break;
-    }
+    // Transposed B (stored n x k, a row per output column: a PyTorch Linear weight): dot
+    // products instead. 4 rows of B stream at once, each vector of them multiplied by the same
+    // k vector of the m rows of A: 4 m accumulators, reduced across lanes at the row's end.
+    auto dot_loop = [&](auto m_c) {
+      constexpr int mm = decltype(m_c)::value;
+      constexpr int jb = mm <= 2 ? 8 : 4;  // rows of B at once: jb streams, mm x jb accumulators
+      std::array<const float*, mm> ar;     // op(A) rows: contiguous unless trans_a
+      alignas(64) float at[mm][W];         // trans_a or a_scale: one k vector of the m rows, gathered
+      for (int i = 0; i < mm; ++i) ar[static_cast<std::size_t>(i)] = g.a + i * g.lda;
+      auto a_vec = [&](int i, int64_t k, int64_t n) {
+        if (g.trans_a || g.a_scale) {
+          for (int64_t l = 0; l < W; ++l) at[i][l] = l < n ? a_at(i, k + l) : 0.f;
+          return B::load_aligned(at[i]);
+        }
+        const float* p = ar[static_cast<std::size_t>(i)] + k;
+        return n >= W ? B::load_unaligned(p) : load_partial<Arch>(p, n);
+      };
+      for (int64_t j = j0; j < j1; j += jb) {
+        const int jn = static_cast<int>(std::min<int64_t>(jb, j1 - j));
+        std::array<const float*, jb> br;  // past the last row: the last row again (not stored)
+        for (int r = 0; r < jb; ++r) br[static_cast<std::size_t>(r)] = g.b + (j + std::min(r, jn - 1)) * g.ldb;
+        std::array<std::array<B, jb>, mm> s;
+        for (auto& row : s) row.fill(B(0.f));
+        for (int64_t k = 0; k < K; k += W) {
+          const int64_t n = K - k;
+          std::array<B, jb> bv;
+          for (int r = 0; r < jb; ++r) {
+            const float* p = br[static_cast<std::size_t>(r)] + k;
+            bv[static_cast<std::size_t>(r)] = n >= W ? B::load_unaligned(p) : load_partial<Arch>(p, n);
+          }
+          for (int i = 0; i < mm; ++i) {
+            const B av = a_vec(i, k, n);
+            auto& si = s[static_cast<std::size_t>(i)];
+            for (int r = 0; r < jb; ++r)
+              si[static_cast<std::size_t>(r)] =
+                  xsimd::fma(av, bv[static_cast<std::size_t>(r)], si[static_cast<std::size_t>(r)]);
+          }
+        }
+        for (int i = 0; i < mm; ++i)
+          for (int r = 0; r < jn; ++r)
+            acc[i * lda + j + r] = xsimd::hadd(s[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)]);
+      }
+    };
+    auto by_rows = [&](auto loop) {
+      switch (M) {
+        case 1: loop(std::integral_constant<int, 1>{}); break;
+        case 2: loop(std::integral_constant<int, 2>{}); break;
+        case 3: loop(std::integral_constant<int, 3>{}); break;
+        default: loop(std::integral_constant<int, 4>{}); break;
+      }
+    };
+    if (g.trans_b)
+      by_rows(dot_loop);
+    else
+      by_rows(k_loop);
     // Finish nr columns at a time: C = alpha * acc + beta * C + bias, the epilogue, one store.
     const B va(g.alpha), vb(g.beta);
     for (int64_t jt = j0; jt < j1; jt += nr) {
@@ -718,7 +767,7 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
       }
     return;
   }
-  if (M <= kGemvRows && !g.packed_b && !g.trans_b) {
+  if (M <= kGemvRows && !g.packed_b) {
     float* acc = g.workspace + ((16 - reinterpret_cast<std::uintptr_t>(g.workspace) / sizeof(float) % 16) % 16);
     return sgemm_rows<Arch>(g, epi, acc);
   }
