@@ -116,7 +116,8 @@ inline void store_stream(float* p, fbatch<Arch> v) {
 
 // The first n (0 < n < W) floats of p as a batch, the other lanes 0, and the first n lanes of v
 // stored to p: a row's last partial vector, without reading or writing past its end. Masked
-// moves on AVX-512 and AVX2 (masked-off lanes do not fault); SSE2 through a stack copy.
+// moves on AVX-512 and AVX2 (masked-off lanes do not fault); SSE2 (1 to 3 floats) with
+// scalar and 64-bit moves - a stack copy read back as a vector stalled on store forwarding.
 template <class Arch>
 inline fbatch<Arch> load_partial(const float* p, std::int64_t n) {
 #ifdef __AVX512F__

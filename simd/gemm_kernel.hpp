@@ -644,8 +644,9 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
       for (; k < K; ++k) sweep(k, std::integral_constant<int, 1>{}, m_c, k == 0);
     };
     // Transposed B (stored n x k, a row per output column: a PyTorch Linear weight): dot
-    // products instead. 4 rows of B stream at once, each vector of them multiplied by the same
-    // k vector of the m rows of A: 4 m accumulators, reduced across lanes at the row's end.
+    // products instead. jb rows of B stream at once (8 for 1-2 rows of A, 4 for 3-4), each
+    // vector of them multiplied by the same k vector of the m rows of A: jb m accumulators,
+    // reduced across lanes at the rows' end.
     auto dot_loop = [&](auto m_c) {
       constexpr int mm = decltype(m_c)::value;
       constexpr int jb = mm <= 2 ? 8 : 4;  // rows of B at once: jb streams, mm x jb accumulators

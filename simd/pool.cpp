@@ -169,8 +169,8 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
     float* d = scratch + rs.cols;
     if (g.sw == 2) {
       const std::int64_t whole = (g.phase + W - 1) / W * W;
-      copy_stride2<Arch>(buf, 2 * whole + W, d, whole);
-      copy_stride2<Arch>(buf + 1, 2 * whole + W, d + g.phase, whole);
+      copy_stride2<Arch>(buf, 2 * whole, d, whole);
+      copy_stride2<Arch>(buf + 1, 2 * whole, d + g.phase, whole);
     } else {
       for (std::int64_t r = 0; r < g.sw; ++r)
         for (std::int64_t t = 0; t < g.phase; ++t) {
