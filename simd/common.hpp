@@ -102,6 +102,10 @@ float hmax(fbatch<Arch> v) {
   return m;
 }
 
+// p moved up to the next 64-byte boundary: where a kernel's workspace (sized with 16 floats of
+// slack) starts its aligned sections.
+inline float* align64(float* p) { return p + (16 - reinterpret_cast<std::uintptr_t>(p) / sizeof(float) % 16) % 16; }
+
 // Non-temporal store of one batch to a batch-aligned address: no read-for-ownership of the
 // destination line and no eviction of useful data; for outputs too large to stay in cache.
 template <class Arch>
@@ -114,12 +118,14 @@ inline void store_stream(float* p, fbatch<Arch> v) {
     _mm_stream_ps(p, v);
 }
 
-// The first n (0 < n < W) floats of p as a batch, the other lanes 0, and the first n lanes of v
-// stored to p: a row's last partial vector, without reading or writing past its end. Masked
+// The first min(n, W) floats of p as a batch (n > 0; the other lanes 0), and the first
+// min(n, W) lanes of v stored to p: a whole vector, or a row's last partial one without
+// reading or writing past its end, so a loop over a row needs no tail of its own. Masked
 // moves on AVX-512 and AVX2 (masked-off lanes do not fault); SSE2 (1 to 3 floats) with
 // scalar and 64-bit moves - a stack copy read back as a vector stalled on store forwarding.
 template <class Arch>
 inline fbatch<Arch> load_partial(const float* p, std::int64_t n) {
+  if (n >= static_cast<std::int64_t>(fbatch<Arch>::size)) return fbatch<Arch>::load_unaligned(p);
 #ifdef __AVX512F__
   if constexpr (fbatch<Arch>::size == 16) return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
 #endif
@@ -139,6 +145,7 @@ inline fbatch<Arch> load_partial(const float* p, std::int64_t n) {
 }
 template <class Arch>
 inline void store_partial(float* p, fbatch<Arch> v, std::int64_t n) {
+  if (n >= static_cast<std::int64_t>(fbatch<Arch>::size)) return v.store_unaligned(p);
 #ifdef __AVX512F__
   if constexpr (fbatch<Arch>::size == 16) return _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
 #endif

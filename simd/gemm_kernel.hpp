@@ -625,7 +625,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
         std::array<B, kb> bv;
         for (int r = 0; r < kb; ++r) {
           const float* p = br[static_cast<std::size_t>(r)] + j;
-          bv[static_cast<std::size_t>(r)] = n >= W ? B::load_unaligned(p) : load_partial<Arch>(p, n);
+          bv[static_cast<std::size_t>(r)] = load_partial<Arch>(p, n);
         }
         for (int i = 0; i < mm; ++i) {
           float* c = acc + i * lda + j;
@@ -659,7 +659,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
           return B::load_aligned(at[i]);
         }
         const float* p = ar[static_cast<std::size_t>(i)] + k;
-        return n >= W ? B::load_unaligned(p) : load_partial<Arch>(p, n);
+        return load_partial<Arch>(p, n);
       };
       for (int64_t j = j0; j < j1; j += jb) {
         const int jn = static_cast<int>(std::min<int64_t>(jb, j1 - j));
@@ -672,7 +672,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
           std::array<B, jb> bv;
           for (int r = 0; r < jb; ++r) {
             const float* p = br[static_cast<std::size_t>(r)] + k;
-            bv[static_cast<std::size_t>(r)] = n >= W ? B::load_unaligned(p) : load_partial<Arch>(p, n);
+            bv[static_cast<std::size_t>(r)] = load_partial<Arch>(p, n);
           }
           for (int i = 0; i < mm; ++i) {
             const B av = a_vec(i, k, n);
@@ -711,10 +711,9 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
           B v = B::load_aligned(row + j) * va;
           if (g.beta != 0.f) {
             const float* cp = g.c + i * g.ldc + j;
-            v = xsimd::fma(vb, n >= W ? B::load_unaligned(cp) : load_partial<Arch>(cp, n), v);
+            v = xsimd::fma(vb, load_partial<Arch>(cp, n), v);
           }
-          if (bias)
-            v += g.bias_cs ? (n >= W ? B::load_unaligned(bias + j) : load_partial<Arch>(bias + j, n)) : B(*bias);
+          if (bias) v += g.bias_cs ? load_partial<Arch>(bias + j, n) : B(*bias);
           v.store_aligned(row + j);
         }
       }
@@ -723,10 +722,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
         for (int64_t j = jt; j < jt + cols; j += W) {
           const int64_t n = jt + cols - j;
           const B v = B::load_aligned(acc + i * lda + j);
-          if (n >= W)
-            v.store_unaligned(g.c + i * g.ldc + j);
-          else
-            store_partial<Arch>(g.c + i * g.ldc + j, v, n);
+          store_partial<Arch>(g.c + i * g.ldc + j, v, n);
         }
     }
   };
@@ -768,10 +764,8 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
       }
     return;
   }
-  if (M <= kGemvRows && !g.packed_b) {
-    float* acc = g.workspace + ((16 - reinterpret_cast<std::uintptr_t>(g.workspace) / sizeof(float) % 16) % 16);
-    return sgemm_rows<Arch>(g, epi, acc);
-  }
+  float* ws = align64(g.workspace);
+  if (M <= kGemvRows && !g.packed_b) return sgemm_rows<Arch>(g, epi, ws);
   const GemmBlocking bl = gemm_blocking<Arch>();
   const int64_t ks = gemm_k_step<Arch>(K);
   int64_t nc_max = std::min(bl.nc, gemm_round_up(N, nr));
@@ -779,7 +773,6 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   const int64_t mc_max = std::min(bl.mc, gemm_round_up(M, mr));
   const int64_t b_block = gemm_round_up(ks * nc_max, 16), a_block = gemm_a_block<Arch>(M, ks);
   const int64_t e_block = gemm_round_up(ks * nr, 16);
-  float* ws = g.workspace + ((16 - reinterpret_cast<std::uintptr_t>(g.workspace) / sizeof(float) % 16) % 16);
   float* bbuf = ws;
   const int64_t npad = gemm_round_up(N, nr);
 

@@ -148,13 +148,10 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
     rows += nr;
     for (j = lo; j < hi; j += W) {    // buffer column j is input column j - pl
       const std::int64_t n = hi - j;  // a partial last vector: masked loads and store
-      auto ld = [&](const float* p) { return n >= W ? B::load_unaligned(p) : load_partial<Arch>(p, n); };
+      auto ld = [&](const float* p) { return load_partial<Arch>(p, n); };
       B acc = ld(first ? rp[0] + (j - g.pl) : buf + j);
       for (int r = first ? 1 : 0; r < nr; ++r) acc = comb(acc, ld(rp[r] + (j - g.pl)));
-      if (n >= W)
-        acc.store_unaligned(buf + j);
-      else
-        store_partial<Arch>(buf + j, acc, n);
+      store_partial<Arch>(buf + j, acc, n);
     }
   }
   if (rows == 0)
@@ -197,16 +194,13 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
     const bool first = j0 == 0, last = j0 + nt >= g.kw;
     for (std::int64_t q = 0; q < g.Q; q += W) {
       const std::int64_t n = g.Q - q;  // the last vector may be partial: lanes past Q are dropped
-      B acc = first ? B::load_unaligned(tp[0] + q) : n >= W ? B::load_unaligned(y + q) : load_partial<Arch>(y + q, n);
+      B acc = first ? B::load_unaligned(tp[0] + q) : load_partial<Arch>(y + q, n);
       for (int t = first ? 1 : 0; t < nt; ++t) acc = comb(acc, B::load_unaligned(tp[t] + q));
       if (!is_max && last) {
         const B div = vr * B::load_unaligned(cnt + q);
         acc = xsimd::select(div > B(0.f), acc / div, B(0.f));
       }
-      if (n >= W)
-        acc.store_unaligned(y + q);
-      else
-        store_partial<Arch>(y + q, acc, n);
+      store_partial<Arch>(y + q, acc, n);
     }
   }
 }
@@ -302,7 +296,7 @@ void Pool2d::operator()(Arch, const KernelArgs& args) const {
       // Vectors of channels; the last partial one with masked loads and a masked store.
       for (std::int64_t c = 0; c < g.C; c += W) {
         const std::int64_t n = g.C - c;
-        auto ld = [&](const float* p) { return n >= W ? B::load_unaligned(p + c) : load_partial<Arch>(p + c, n); };
+        auto ld = [&](const float* p) { return load_partial<Arch>(p + c, n); };
         B r;
         if (g.is_max) {
           r = window(B(-kInf), ld, max_nan<Arch>);
@@ -310,10 +304,7 @@ void Pool2d::operator()(Arch, const KernelArgs& args) const {
           const B s = window(B(0.f), ld, [](B a, B v) { return a + v; });
           r = divisor > 0 ? s / B(fdiv) : B(0.f);
         }
-        if (n >= W)
-          r.store_unaligned(yo + c);
-        else
-          store_partial<Arch>(yo + c, r, n);
+        store_partial<Arch>(yo + c, r, n);
       }
     }
   });
