@@ -69,7 +69,7 @@ int max_threads() {
 }
 
 // w' = w * sc[k] as a dense (K, Cg*R*S) matrix (the NHWC 1x1 GEMM's B, packed by pack_b).
-void fold_weights(const Geom& g, const float* w, const float* sc, float* wout) {
+void fold_weights(const ConvGeom& g, const float* w, const float* sc, float* wout) {
   const i64 taps = g.Cg * g.R * g.S;
   for (i64 k = 0; k < g.K; ++k) {
     float* dst = wout + k * taps;
@@ -84,15 +84,15 @@ void fold_weights(const Geom& g, const float* w, const float* sc, float* wout) {
 // Columns per packed B block of the NCHW GEMM: x's pixels are read once and packed per call, so
 // the block (C x nc) is kept L2-sized and read back by the micro-kernels from there.
 template <class Arch>
-i64 conv1x1_nc_cap(const Geom& g) {
-  if (g.nhwc) return 0;
+i64 conv1x1_nc_cap(const ConvGeom& g) {
+  if (g.x_nhwc) return 0;
   const i64 l2 = static_cast<i64>(simd::cache_sizes().l2);
   return std::max<i64>(simd::GemmTile<Arch>::nr, l2 / 4 / (4 * std::max<i64>(g.C, 1)));
 }
 
 template <class Arch>
-std::size_t conv1x1_sgemm_ws(const Geom& g) {
-  if (g.nhwc) return sgemm_workspace<Arch>(g.N * g.P * g.Q, g.K, g.C, max_threads());
+std::size_t conv1x1_sgemm_ws(const ConvGeom& g) {
+  if (g.x_nhwc) return sgemm_workspace<Arch>(g.N * g.P * g.Q, g.K, g.C, max_threads());
   return sgemm_workspace<Arch>(g.K, g.P * g.Q, g.C, max_threads(), conv1x1_nc_cap<Arch>(g));
 }
 
@@ -195,7 +195,7 @@ template <class Arch, int NV>
 void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* yt,
                   float* y, const ChainEpilogue& epi, i64 n, i64 p0, i64 p1) {
   constexpr int MR = simd::DirectTile<Arch>::MR;
-  const simd::ConvGeom& g = pl.g;
+  const ConvGeom& g = pl.g;
   const i64 C = g.C, K = g.K;
   const i64 a = p0 * g.Q, npix = (p1 - p0) * g.Q, ntiles = (npix + MR - 1) / MR;
   const i64 row_step = g.dh * pl.Wp * C, col_step = g.dw * C;
@@ -253,7 +253,7 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
 template <class Arch, int NV>
 void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* y,
                 const ChainEpilogue& epi, const i64* image_stride, const DirectState* st, int threads) {
-  const simd::ConvGeom& g = pl.g;
+  const ConvGeom& g = pl.g;
   const i64 rows = g.N * g.P;
   const auto work = [&](i64 b, i64 e, float* ytile) {
     while (b < e) {
@@ -285,8 +285,7 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
 
 // simd::pack_direct_weights (simd/conv_kernel.hpp) with the folded batchnorm scale sc[k] applied
 // to each output channel's taps as they are packed: [g][kb][c block][R][S][c][KB].
-void pack_direct_weights_scaled(const simd::ConvGeom& g, const float* w, i64 KB, const float* sc, float* out,
-                                int threads) {
+void pack_direct_weights_scaled(const ConvGeom& g, const float* w, i64 KB, const float* sc, float* out, int threads) {
   const i64 nkb = (g.Kg + KB - 1) / KB, CB = simd::direct_cblock(g, KB), ncb = (g.Cg + CB - 1) / CB;
   const i64 wblock = g.R * g.S * g.Cg * KB;
   simd::parallel_for(g.G * nkb * ncb * g.R, threads, 1, [&](i64 b, i64 e) {
@@ -310,7 +309,7 @@ void pack_direct_weights_scaled(const simd::ConvGeom& g, const float* w, i64 KB,
 }
 
 // Folded bias b' (K) -> the packed per-block bias [G][nkb * KB], zero past Kg.
-void pack_direct_bias(const simd::ConvGeom& g, i64 nkb, i64 KB, const float* b, float* out) {
+void pack_direct_bias(const ConvGeom& g, i64 nkb, i64 KB, const float* b, float* out) {
   for (i64 gi = 0; gi < g.G; ++gi)
     for (i64 l = 0; l < nkb * KB; ++l) out[gi * nkb * KB + l] = l < g.Kg ? b[gi * g.Kg + l] : 0.f;
 }
@@ -322,7 +321,7 @@ struct DirectWs {
 template <class Arch>
 std::size_t direct_ws(const OpDesc& d, float* base, DirectWs* out) {
   const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(d);
-  const simd::ConvGeom& g = pl.g;
+  const ConvGeom& g = pl.g;
   Carver cv{base};
   out->sc = cv.take(g.K);
   out->bi = cv.take(g.K);
@@ -338,10 +337,10 @@ std::size_t direct_ws(const OpDesc& d, float* base, DirectWs* out) {
 
 template <class Arch>
 std::size_t Conv1x1::workspace(Arch, const OpDesc& desc) {
-  const Geom g = geom(desc);
+  const ConvGeom g = conv_geom(desc);
   Carver cv{nullptr};
   cv.take(static_cast<i64>(conv1x1_sgemm_ws<Arch>(g)));
-  if (g.nhwc) cv.take(g.K * g.C);
+  if (g.x_nhwc) cv.take(g.K * g.C);
   cv.take(g.K);
   cv.take(g.K);
   cv.take(epilogue_ws(desc.p<Conv2dParams>(), g.K));
@@ -351,13 +350,13 @@ std::size_t Conv1x1::workspace(Arch, const OpDesc& desc) {
 template <class Arch>
 Status Conv1x1::prepare(Arch, const OpDesc& desc, const Context&, const Tensor* const* constants,
                         std::shared_ptr<void>& state) {
-  const Geom g = geom(desc);
+  const ConvGeom g = conv_geom(desc);
   auto st = std::make_shared<Conv1x1State>();
   if (fold_bound(desc, constants)) {
     st->scale = alloc_floats(static_cast<std::size_t>(g.K));
     st->bias = alloc_floats(static_cast<std::size_t>(g.K));
     fold_scales(desc, g.K, constants, st->scale.get(), st->bias.get());
-    if (g.nhwc) {
+    if (g.x_nhwc) {
       std::vector<float> w(static_cast<std::size_t>(g.K * g.C));
       fold_weights(g, constants[1]->data(), st->scale.get(), w.data());
       st->packed_b = alloc_floats(packed_b_size<Arch>(g.K, g.C));
@@ -373,12 +372,11 @@ Status Conv1x1::prepare(Arch, const OpDesc& desc, const Context&, const Tensor* 
 template <class Arch>
 void Conv1x1::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
-  const Geom g = geom(d);
+  const ConvGeom g = conv_geom(d);
   const auto* st = static_cast<const Conv1x1State*>(args.state);
-  float* ws0 = args.workspace + (16 - reinterpret_cast<std::uintptr_t>(args.workspace) / sizeof(float) % 16) % 16;
-  Carver cv{ws0};
+  Carver cv{simd::align64(args.workspace)};
   float* wsg = cv.take(static_cast<i64>(conv1x1_sgemm_ws<Arch>(g)));
-  float* wsw = g.nhwc ? cv.take(g.K * g.C) : nullptr;
+  float* wsw = g.x_nhwc ? cv.take(g.K * g.C) : nullptr;
   float* wss = cv.take(g.K);
   float* wsb = cv.take(g.K);
   float* wse = cv.take(epilogue_ws(d.p<Conv2dParams>(), g.K));
@@ -392,14 +390,14 @@ void Conv1x1::operator()(Arch, const KernelArgs& args) const {
   }
   const bool scaled = conv_folded_batchnorms(d.p<Conv2dParams>()) > 0;
   const ChainEpilogue epi =
-      make_epilogue(d, g, args.in, &st->mults, wse, g.nhwc ? ConvView::pixel_rows : ConvView::channel_rows);
+      make_epilogue(d, g, args.in, &st->mults, wse, g.x_nhwc ? ConvView::pixel_rows : ConvView::channel_rows);
   const float* x = args.in[0]->data();
   float* y = args.out[0]->mutable_data();
 
   SgemmArgs sg;
   sg.workspace = wsg;
   sg.threads = std::min(args.threads, max_threads());
-  if (g.nhwc) {
+  if (g.x_nhwc) {
     // y (NPQ x K) = x (NPQ x C) w'^T: w' is (K x C), i.e. op(B) = w'^T with trans_b; the scale
     // goes into w' (a column scale of op(B)) unless w' was packed at prepare.
     sg.m = g.N * g.P * g.Q;
@@ -467,7 +465,7 @@ Status ConvDirect::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
                            std::shared_ptr<void>& state) {
   auto st = std::make_shared<DirectState>();
   const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(desc);
-  const simd::ConvGeom& g = pl.g;
+  const ConvGeom& g = pl.g;
   if (fold_bound(desc, constants)) {
     std::vector<float> sc(static_cast<std::size_t>(g.K)), bi(static_cast<std::size_t>(g.K));
     fold_scales(desc, g.K, constants, sc.data(), bi.data());
@@ -492,7 +490,7 @@ void ConvDirect::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
   const auto* st = static_cast<const DirectState*>(args.state);
   const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(d);
-  const simd::ConvGeom& g = pl.g;
+  const ConvGeom& g = pl.g;
   DirectWs ws;
   direct_ws<Arch>(d, args.workspace, &ws);
   const int threads = args.threads;
@@ -508,8 +506,8 @@ void ConvDirect::operator()(Arch, const KernelArgs& args) const {
   }
   // NHWC output: the chain on the accumulator tile (pixels as rows); NCHW output: on the
   // transposed block in L1 (channels as rows, see direct_block).
-  const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, ws.epi,
-                                          g.y_nhwc ? ConvView::image_pixels : ConvView::channel_rows);
+  const ChainEpilogue epi =
+      make_epilogue(d, g, args.in, &st->mults, ws.epi, g.y_nhwc ? ConvView::image_pixels : ConvView::channel_rows);
   i64 image_stride[kEpiMaxSteps] = {};
   epilogue_image_strides(d, epi, image_stride);
 

@@ -47,44 +47,9 @@ Floats alloc_floats(std::size_t n) {
 
 using simd::Carver;  // workspace sections, 64-byte aligned (simd/conv_kernel.hpp)
 
-struct Geom {
-  i64 N, C, H, W, K, R, S, P, Q, G, Cg, Kg;
-  bool nhwc;
-  std::array<i64, kMaxRank> ws;  // weight strides, logical (K, C/G, R, S)
-};
-
-Geom geom(const OpDesc& d) {
-  const auto& p = d.p<Conv2dParams>();
-  const Shape& x = d.inputs[0].shape;
-  const Shape& w = d.inputs[1].shape;
-  Geom g{};
-  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3];
-  g.K = w[0], g.R = w[2], g.S = w[3];
-  g.P = (g.H + p.pad_top + p.pad_bottom - p.dilation_h * (g.R - 1) - 1) / p.stride_h + 1;
-  g.Q = (g.W + p.pad_left + p.pad_right - p.dilation_w * (g.S - 1) - 1) / p.stride_w + 1;
-  g.G = p.groups, g.Cg = g.C / g.G, g.Kg = g.K / g.G;
-  g.nhwc = d.inputs[0].layout == Layout::nhwc;
-  g.ws = dense_strides(w, d.inputs[1].layout);
-  return g;
-}
-
-// Index of each post-op step's first operand (after x, w, [bias]).
-// A fixed array: execute allocates nothing (supports() caps the chain at kEpiMaxSteps).
-using OperandIndex = std::array<std::size_t, kEpiMaxSteps>;
-OperandIndex operand_index(const Conv2dParams& p) {
-  OperandIndex r{};
-  std::size_t idx = p.has_bias ? 3 : 2;
-  for (std::size_t s = 0; s < p.post_ops.size() && s < r.size(); ++s) {
-    r[s] = idx;
-    idx += static_cast<std::size_t>(post_op_operands(p.post_ops[s]));
-  }
-  return r;
-}
-
-// mult[k] = scale[k] / sqrt(var[k] + eps).
-void bn_mult(const float* scale, const float* var, float eps, i64 n, float* mult) {
-  for (i64 k = 0; k < n; ++k) mult[k] = scale[k] * (1.f / std::sqrt(var[k] + eps));
-}
+// The convolution's geometry: simd's (simd/conv_kernel.hpp), one definition for both stages.
+using simd::conv_geom;
+using simd::ConvGeom;
 
 // Are the weights, the bias and the folded batchnorms' operands all bound at prepare?
 bool fold_bound(const OpDesc& d, const Tensor* const* constants) {
@@ -125,8 +90,8 @@ void fold_scales(const OpDesc& d, i64 K, const Tensor* const* in, float* sc, flo
 // (see ConvView): batchnorm vectors run along the channel axis, rows or columns; per-image views
 // offset binary operands per image (offset_images). Multipliers of unbound batchnorms are
 // computed into `ws` (K floats per step) unless `mults` has them from prepare.
-ChainEpilogue make_epilogue(const OpDesc& d, const Geom& g, const Tensor* const* in, const std::vector<Floats>* mults,
-                            float* ws, ConvView view) {
+ChainEpilogue make_epilogue(const OpDesc& d, const ConvGeom& g, const Tensor* const* in,
+                            const std::vector<Floats>* mults, float* ws, ConvView view) {
   const bool channel_rows = view == ConvView::channel_rows;
   const auto& p = d.p<Conv2dParams>();
   const OperandIndex idx = operand_index(p);

@@ -59,7 +59,7 @@ struct DwActEpi {
 
 // NHWC: w (C, 1, R, S) scaled by the folded batchnorms into [R][S][C], one vector of channels
 // per tap.
-void pack_dw_folded(const simd::ConvGeom& g, const float* w, const float* sc, float* out) {
+void pack_dw_folded(const ConvGeom& g, const float* w, const float* sc, float* out) {
   for (i64 r = 0; r < g.R; ++r)
     for (i64 s = 0; s < g.S; ++s)
       for (i64 c = 0; c < g.C; ++c) out[(r * g.S + s) * g.C + c] = w[c * g.ws[0] + r * g.ws[2] + s * g.ws[3]] * sc[c];
@@ -98,7 +98,7 @@ template <class Arch>
 Status ConvDepthwise::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const* constants,
                               std::shared_ptr<void>& state) {
   auto st = std::make_shared<DepthwiseState>();
-  const simd::ConvGeom g = simd::conv_geom(desc);
+  const ConvGeom g = conv_geom(desc);
   if (!g.x_nhwc) simd::dw_prepare_planes<Arch>(g, ctx.threads, &st->dw);
   if (fold_bound(desc, constants)) {
     st->sc = alloc_floats(static_cast<std::size_t>(g.K));
@@ -119,9 +119,8 @@ template <class Arch>
 void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
   auto* st = static_cast<DepthwiseState*>(args.state);
-  const simd::ConvGeom g = simd::conv_geom(d);
-  float* ws0 = args.workspace + (16 - reinterpret_cast<std::uintptr_t>(args.workspace) / sizeof(float) % 16) % 16;
-  Carver cv{ws0};
+  const ConvGeom g = conv_geom(d);
+  Carver cv{simd::align64(args.workspace)};
   float* wss = cv.take(g.K);
   float* wsb = cv.take(g.K);
   float* wsw = cv.take(g.R * g.S * g.C);
@@ -139,7 +138,7 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
     }
   }
   if (g.x_nhwc) {
-    const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, wse, ConvView::pixel_rows);
+    const ChainEpilogue epi = make_epilogue(d, g, args.in, &st->mults, wse, ConvView::pixel_rows);
     const auto run = [&](const auto& e) {
       simd::dw_nhwc_run<Arch>(g, args.in[0]->data(), wpk, bi, args.out[0]->mutable_data(), args.threads, e,
                               [](i64, float*) {});
@@ -152,7 +151,7 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
     }
     return;
   }
-  const ChainEpilogue epi = make_epilogue(d, geom(d), args.in, &st->mults, wse, ConvView::channel_rows);
+  const ChainEpilogue epi = make_epilogue(d, g, args.in, &st->mults, wse, ConvView::channel_rows);
   i64 image_stride[kEpiMaxSteps] = {};
   epilogue_image_strides(d, epi, image_stride);
   const float* w = args.in[1]->data();

@@ -72,24 +72,6 @@ RowCol broadcast_rc(const Shape& s) {
   return {rows == 1 ? 0 : cols, cols == 1 ? 0 : 1};
 }
 
-// mult[j] = scale[j] / sqrt(var[j] + eps): the batchnorm's per-column multiplier.
-void bn_mult(const float* scale, const float* var, float eps, int64_t n, float* mult) {
-  for (int64_t j = 0; j < n; ++j) mult[j] = scale[j] * (1.f / std::sqrt(var[j] + eps));
-}
-
-// Index of the first operand of each post-op step (after a, b, [bias]).
-// A fixed array: execute allocates nothing (supports() caps the chain at kEpiMaxSteps).
-using OperandIndex = std::array<std::size_t, kEpiMaxSteps>;
-OperandIndex operand_index(const GemmParams& p) {
-  OperandIndex r{};
-  std::size_t idx = p.has_bias ? 3 : 2;
-  for (std::size_t s = 0; s < p.post_ops.size() && s < r.size(); ++s) {
-    r[s] = idx;
-    idx += static_cast<std::size_t>(post_op_operands(p.post_ops[s]));
-  }
-  return r;
-}
-
 struct Free {
   void operator()(float* p) const { std::free(p); }
 };
@@ -180,8 +162,7 @@ void Gemm::operator()(Arch, const KernelArgs& args) const {
   g.threads = std::min(args.threads, gemm_max_threads());
 
   // The chain as the micro-kernel's epilogue. Batchnorm operands are (N): one per column.
-  float* ws = args.workspace + sgemm_workspace<Arch>(s.m, s.n, s.k, gemm_max_threads());
-  ws += (16 - reinterpret_cast<std::uintptr_t>(ws) / sizeof(float) % 16) % 16;
+  float* ws = simd::align64(args.workspace + sgemm_workspace<Arch>(s.m, s.n, s.k, gemm_max_threads()));
   const OperandIndex idx = operand_index(p);
   ChainEpilogue epi;
   for (std::size_t i = 0; i < p.post_ops.size(); ++i) {

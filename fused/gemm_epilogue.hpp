@@ -19,6 +19,9 @@
 #endif
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "opfuse/ops.hpp"
@@ -32,6 +35,27 @@ inline namespace OPFUSE_SIMD_NS {
 using simd::fbatch;
 
 inline constexpr int kEpiMaxSteps = 8;  // longer chains are declined by supports()
+
+// Index of each post-op step's first operand, after the op's own inputs (x or a, w or b,
+// [bias]); for Conv2dParams and GemmParams alike. A fixed array: execute allocates nothing
+// (supports() caps the chain at kEpiMaxSteps).
+using OperandIndex = std::array<std::size_t, kEpiMaxSteps>;
+template <class Params>
+OperandIndex operand_index(const Params& p) {
+  OperandIndex r{};
+  std::size_t idx = p.has_bias ? 3 : 2;
+  for (std::size_t s = 0; s < p.post_ops.size() && s < r.size(); ++s) {
+    r[s] = idx;
+    idx += static_cast<std::size_t>(post_op_operands(p.post_ops[s]));
+  }
+  return r;
+}
+
+// mult[i] = scale[i] / sqrt(var[i] + eps): a batchnorm's multiplier per output channel (conv)
+// or column (gemm).
+inline void bn_mult(const float* scale, const float* var, float eps, std::int64_t n, float* mult) {
+  for (std::int64_t i = 0; i < n; ++i) mult[i] = scale[i] * (1.f / std::sqrt(var[i] + eps));
+}
 
 // A read prefetch into L1 (L = 3) or L2 (L = 2). asm volatile, not __builtin_prefetch: GCC 12 at
 // -O3 deleted the whole operand-prefetch loop below as free of side effects (seen in the
