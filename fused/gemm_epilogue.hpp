@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "opfuse/ops.hpp"
 #include "simd/activation.hpp"
@@ -156,6 +157,55 @@ struct ChainEpilogue {
       }
     }
     return x;
+  }
+
+  // The short chains that end most conv and GEMM layers - none, a residual add (a full operand
+  // tile: unit column step), an activation of the clip family (relu, clip / relu6), or the add
+  // then the activation, as in a ResNet block - on a full-width tile still in its accumulator
+  // registers (see simd::NoEpilogue): all residual loads first, then all stores (the 4K
+  // aliasing of micro_tile's own loads and stores), and C is written straight from the
+  // registers. Any other chain returns false and goes through apply_tile's L1 buffer, which
+  // spills the tile, runs each step as a loop of its own and copies the result out: for
+  // these chains that round trip, and the per-vector dispatch, cost more than the steps.
+  template <class Arch, int R, int NV>
+  bool apply_registers(fbatch<Arch> (&acc)[R][NV], std::int64_t i0, std::int64_t j0, float* out,
+                       std::int64_t ldo) const {
+    using B = fbatch<Arch>;
+    constexpr std::int64_t W = B::size;
+    int s = 0;
+    const EpiStep* res = nullptr;
+    if (s < n && steps[s].kind == PostOp::Kind::binary && steps[s].binary == BinaryKind::add && steps[s].cs == 1)
+      res = &steps[s++];
+    const EpiStep* act = nullptr;
+    if (s < n && steps[s].kind == PostOp::Kind::activation &&
+        (steps[s].act.kind == ActKind::relu || steps[s].act.kind == ActKind::clip))
+      act = &steps[s++];
+    if (s != n) return false;
+    if (res) {
+      const float* r0 = res->p0 + i0 * res->rs + j0;
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] += B::load_unaligned(r0 + i * res->rs + v * W);
+    }
+    const auto store = [&](auto kind) {
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          B x = acc[i][v];
+          if constexpr (decltype(kind)::value >= 0)
+            x = simd::activate_k<static_cast<ActKind>(decltype(kind)::value), Arch>(act->act, x);
+          x.store_unaligned(out + i * ldo + v * W);
+        }
+    };
+    if (!act)
+      store(std::integral_constant<int, -1>{});
+    else if (act->act.kind == ActKind::relu)
+      store(std::integral_constant<int, static_cast<int>(ActKind::relu)>{});
+    else
+      store(std::integral_constant<int, static_cast<int>(ActKind::clip)>{});
+    return true;
   }
 
   // The chain on a finished tile in an L1 buffer (see simd::NoEpilogue::apply_tile): t holds

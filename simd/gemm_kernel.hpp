@@ -104,6 +104,10 @@ std::int64_t gemm_k_step(std::int64_t k) {
 //   apply_tile<Arch>(t, ldt, r, i, j, cols, c, ldc)
 //                              the same for a full-width tile (cols == nr), with the result
 //                              stored into C (row stride ldc) instead of back into t.
+//   apply_registers<Arch, R, NV>(acc, i, j, c, ldc) -> bool
+//                              (only called when enabled) a full-width tile still in its
+//                              accumulator registers: map and store it to C and return true, or
+//                              return false (C untouched) and the tile goes through apply_tile.
 struct NoEpilogue {
   static constexpr bool enabled = false;
   template <class Arch>
@@ -438,6 +442,7 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       }
     if constexpr (Epi::enabled) {
       if (epilogue) {
+        if (epi.template apply_registers<Arch, R, NV>(acc, st.row0, st.col0, c, ldc)) return;
 #pragma GCC unroll 16
         for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4

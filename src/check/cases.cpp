@@ -157,6 +157,8 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(31, 17, 16, gp(false, false, 1.f, 0.f, {act(ActKind::gelu_erf)})));
   c.add(gemm(13, 16, 7, gp(false, true, 1.f, 0.f, {PostOp::batchnorm()})));
   c.add(gemm(15, 17, 33, gp(false, false, 1.f, 0.f, {PostOp::add(), act(Activation::relu6())}), {}, {{1, 17}}));
+  c.add(gemm(30, 70, 20, gp(false, false, 1.f, 0.f, {PostOp::add()})));
+  c.add(gemm(30, 70, 20, gp(false, false, 1.f, 0.f, {act(Activation::relu6())})), kNan);
   c.add(gemm(17, 15, 9, gp(false, false, 1.f, 0.f, {PostOp::binary_op(BinaryKind::mul), act(ActKind::sigmoid)})));
   c.add(gemm(9, 16, 17, gp(false, false, 1.f, 1.f, {PostOp::batchnorm(), PostOp::add(), act(ActKind::relu)}), {16}));
   // Weights bound at prepare (packed once), and problems big enough for threaded, multi-block paths.
@@ -333,6 +335,14 @@ void conv_cases(Cases& c, Rng& rng) {
     c.add(conv({1, 16, 9, 9, 24, 1, 1}, false, {PostOp::batchnorm(), PostOp::add()}, {o}));
   }
   c.add(conv({1, 8, 5, 5, 16, 3, 3, 1, 1, 1, 1, kNhwc}, false, bn_add_relu), kUnaligned);
+  // 1x1 tiles wide enough for full register tiles (NCHW: >= 32 pixels; NHWC: >= 32 channels),
+  // whose short chains (residual add, relu / relu6, both, none) run on the accumulators
+  // (ChainEpilogue::apply_registers), next to edge tiles that take the L1 buffer.
+  c.add(conv({1, 24, 9, 9, 20, 1, 1}, true, bn_add_relu));
+  c.add(conv({1, 24, 9, 9, 20, 1, 1}, false, bn_relu6), kNan);
+  c.add(conv({2, 16, 8, 8, 40, 1, 1}, true, {PostOp::add()}), kConst);
+  c.add(conv({1, 16, 6, 6, 40, 1, 1, 1, 0, 1, 1, kNhwc}, true, bn_add_relu));
+  c.add(conv({1, 16, 6, 6, 64, 1, 1, 1, 0, 1, 1, kNhwc}, false, bn_relu6), kNan);
   // Weights bound at prepare (transformed once), and problems big enough for threaded paths.
   c.add(conv({1, 8, 7, 7, 16, 3, 3, 1, 1}, true, bn_add_relu), kConst);
   c.add(conv({1, 16, 7, 7, 32, 1, 1}), kConst);
