@@ -82,11 +82,16 @@ void fold_weights(const ConvGeom& g, const float* w, const float* sc, float* wou
 // ---- 1x1 as GEMM ------------------------------------------------------------------------------
 
 // Columns per packed B block of the NCHW GEMM: x's pixels are read once and packed per call, so
-// the block (C x nc) is kept L2-sized and read back by the micro-kernels from there.
+// the block (C x nc) is kept L2-sized and read back by the micro-kernels from there - when the
+// image outgrows L2. An image that fits is one block: every extra column block packs all of A
+// (the weights, times the folded scale) once more, which for a small image costs more than
+// the block saves (c1024 -> k256 at 14 x 14: four blocks of 64 columns packed the 1 MiB of
+// weights four times; one block: 1.33 -> 1.18 ms, 3 A/B pairs).
 template <class Arch>
 i64 conv1x1_nc_cap(const ConvGeom& g) {
   if (g.x_nhwc) return 0;
   const i64 l2 = static_cast<i64>(simd::cache_sizes().l2);
+  if (g.C * g.P * g.Q * 4 <= l2) return 0;
   return std::max<i64>(simd::GemmTile<Arch>::nr, l2 / 4 / (4 * std::max<i64>(g.C, 1)));
 }
 

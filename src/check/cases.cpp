@@ -343,6 +343,9 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({2, 16, 8, 8, 40, 1, 1}, true, {PostOp::add()}), kConst);
   c.add(conv({1, 16, 6, 6, 40, 1, 1, 1, 0, 1, 1, kNhwc}, true, bn_add_relu));
   c.add(conv({1, 16, 6, 6, 64, 1, 1, 1, 0, 1, 1, kNhwc}, false, bn_relu6), kNan);
+  // An NCHW 1x1 whose image (C x PQ) outgrows L2 and whose weights outgrow the in-place A block:
+  // B packed in L2-sized column blocks (conv1x1_nc_cap), several per image.
+  c.add(conv({1, 512, 24, 24, 256, 1, 1}, true, bn_relu6));
   // Weights bound at prepare (transformed once), and problems big enough for threaded paths.
   c.add(conv({1, 8, 7, 7, 16, 3, 3, 1, 1}, true, bn_add_relu), kConst);
   c.add(conv({1, 16, 7, 7, 32, 1, 1}), kConst);
