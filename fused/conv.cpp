@@ -288,31 +288,6 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
   }
 }
 
-// simd::pack_direct_weights (simd/conv_kernel.hpp) with the folded batchnorm scale sc[k] applied
-// to each output channel's taps as they are packed: [g][kb][c block][R][S][c][KB].
-void pack_direct_weights_scaled(const ConvGeom& g, const float* w, i64 KB, const float* sc, float* out, int threads) {
-  const i64 nkb = (g.Kg + KB - 1) / KB, CB = simd::direct_cblock(g, KB), ncb = (g.Cg + CB - 1) / CB;
-  const i64 wblock = g.R * g.S * g.Cg * KB;
-  simd::parallel_for(g.G * nkb * ncb * g.R, threads, 1, [&](i64 b, i64 e) {
-    for (i64 u = b; u < e; ++u) {
-      const i64 r = u % g.R, cb = (u / g.R) % ncb, kb = (u / (g.R * ncb)) % nkb, gi = u / (g.R * ncb * nkb);
-      const i64 c0 = cb * CB, cn = std::min(CB, g.Cg - c0);
-      float* o = out + (gi * nkb + kb) * wblock + (c0 * g.R + r * cn) * g.S * KB;
-      for (i64 l = 0; l < KB; ++l) {
-        const i64 kg = kb * KB + l;
-        if (kg >= g.Kg) {
-          for (i64 t = 0; t < g.S * cn; ++t) o[t * KB + l] = 0.f;
-          continue;
-        }
-        const float f = sc[gi * g.Kg + kg];
-        const float* src = w + (gi * g.Kg + kg) * g.ws[0] + c0 * g.ws[1] + r * g.ws[2];
-        for (i64 t = 0; t < g.S; ++t)
-          for (i64 c = 0; c < cn; ++c) o[(t * cn + c) * KB + l] = src[c * g.ws[1] + t * g.ws[3]] * f;
-      }
-    }
-  });
-}
-
 // Folded bias b' (K) -> the packed per-block bias [G][nkb * KB], zero past Kg.
 void pack_direct_bias(const ConvGeom& g, i64 nkb, i64 KB, const float* b, float* out) {
   for (i64 gi = 0; gi < g.G; ++gi)
@@ -475,7 +450,7 @@ Status ConvDirect::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
     std::vector<float> sc(static_cast<std::size_t>(g.K)), bi(static_cast<std::size_t>(g.K));
     fold_scales(desc, g.K, constants, sc.data(), bi.data());
     st->weights.resize(static_cast<std::size_t>(pl.wfloats));
-    pack_direct_weights_scaled(g, constants[1]->data(), pl.KB, sc.data(), st->weights.data, ctx.threads);
+    simd::pack_direct_weights<Arch>(g, constants[1]->data(), pl.KB, sc.data(), st->weights.data, ctx.threads);
     st->bias.resize(static_cast<std::size_t>(g.G * pl.nkb * pl.KB));
     pack_direct_bias(g, pl.nkb, pl.KB, bi.data(), st->bias.data);
     st->packed = true;
@@ -504,7 +479,7 @@ void ConvDirect::operator()(Arch, const KernelArgs& args) const {
   const float* bias = st->bias.data;
   if (!st->packed) {
     fold_scales(d, g.K, args.in, ws.sc, ws.bi);
-    pack_direct_weights_scaled(g, args.in[1]->data(), pl.KB, ws.sc, ws.w, threads);
+    simd::pack_direct_weights<Arch>(g, args.in[1]->data(), pl.KB, ws.sc, ws.w, threads);
     pack_direct_bias(g, pl.nkb, pl.KB, ws.bi, ws.b);
     wp = ws.w;
     bias = ws.b;

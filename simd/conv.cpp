@@ -329,7 +329,7 @@ void direct_execute(const KernelArgs& args, const DirectState* st) {
   if (st->packed) {
     wp = st->weights.data;
   } else {
-    pack_direct_weights(g, args.in[1]->data(), pl.KB, wsw, threads);
+    pack_direct_weights<Arch>(g, args.in[1]->data(), pl.KB, nullptr, wsw, threads);
   }
   const float* bias = p.has_bias ? args.in[2]->data() : nullptr;
   for (i64 gi = 0; gi < g.G; ++gi)
@@ -534,7 +534,7 @@ Status ConvDirect::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
   const DirectPlan<Arch> pl = direct_plan<Arch>(desc);
   if (constants && constants[1]) {
     st->weights.resize(static_cast<std::size_t>(pl.wfloats));
-    pack_direct_weights(pl.g, constants[1]->data(), pl.KB, st->weights.data, ctx.threads);
+    pack_direct_weights<Arch>(pl.g, constants[1]->data(), pl.KB, nullptr, st->weights.data, ctx.threads);
     st->packed = true;
   }
   if (pl.ybuf) {
