@@ -405,24 +405,33 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
           copy_floats<Arch>(srow, row + padl, Win);
           continue;
         }
+        if (sw == 2) {  // both phases in one pass: padded column col + padl, phase (col + padl) % 2
+          float* ph = row + (padl % 2) * phase_floats + padl / 2;              // where column 0 goes
+          float* pn = row + ((padl + 1) % 2) * phase_floats + (padl + 1) / 2;  // column 1
+          split_phases2<Arch>(srow, Win, ph, pn);
+          continue;
+        }
         for (i64 f = 0; f < sw; ++f) {
           // Padded columns f, f + sw, ... that hold real data: col = j*sw + f - pl in [0, W).
           const i64 j0 = f >= padl ? 0 : (padl - f + sw - 1) / sw;
           const i64 col0 = j0 * sw + f - padl;
           if (col0 >= Win) continue;
           float* dst = row + f * phase_floats;
-          const i64 cnt = (Win - col0 + sw - 1) / sw;
-          if (sw == 2) {  // vector deinterleave: a scalar strided copy was most of the s2 kernel
-            copy_stride2<Arch>(srow + col0, Win - col0, dst + j0, cnt);
-            continue;
-          }
           for (i64 j = j0, col = col0; col < Win; ++j, col += sw) dst[j] = srow[col];
         }
       }
       const float wb = setup(n, c, wt);
       const auto epi = epi_of(n, c);
       float* dst = y + (n * C + c) * PQ;
+      // The next plane of x, a share of its lines per output row: requested while this plane
+      // computes, it is in L1 / L2 when its copy starts (the copy's loads otherwise waited on
+      // memory: a stride-2 plane's copy was half of the kernel's time).
+      const float* ahead = task + 1 < e ? src + HW : nullptr;
+      const i64 lines = (HW + 15) / 16, per_row = (lines + P - 1) / P;
       for (i64 p = 0; p < P; ++p) {
+        if (ahead)
+          for (i64 l = p * per_row; l < std::min(lines, (p + 1) * per_row); ++l)
+            __builtin_prefetch(ahead + l * 16, 0, 3);
         const float* in_row = buf + p * sh * rs;
         float* out = dst + p * Q;
         for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
