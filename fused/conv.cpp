@@ -13,9 +13,10 @@
 //     pass over the weights: at prepare when w, the bias and the batchnorm operands are bound
 //     constants, otherwise per call.
 //   * 1x1: the simd GEMM (simd/gemm_kernel.hpp) with the rest of the chain as its micro-kernel
-//     epilogue (fused/gemm_epilogue.hpp): the finished accumulator tile goes through the steps
-//     in an L1 buffer - residual tile loaded (prefetched one tile ahead) and added, activation
-//     applied - and is stored once; y is never re-read. NCHW: per image y (K x PQ) =
+//     epilogue (fused/gemm_epilogue.hpp): the short chains that end most layers (residual add,
+//     relu / relu6, both) run on the accumulator registers, any other chain on the finished
+//     tile in an L1 buffer - residual tile loaded (prefetched one tile ahead) and added,
+//     activation applied - and y is stored once, never re-read. NCHW: per image y (K x PQ) =
 //     diag(s) w (K x C) x (C x PQ), output channels as rows (per-row bias and batchnorm
 //     vectors), x read in place by the micro-kernels (no packing of the activation); NHWC:
 //     y (NPQ x K) = x (NPQ x C) w'^T, channels as columns.
@@ -236,9 +237,11 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
     }
   }
   if (!pl.ybuf) return;
-  // NHWC block -> NCHW rows of y through an L1 buffer of 16 channels x 64 pixels: transposed in,
-  // the chain applied there (channels as rows: per-row batchnorm, contiguous residual rows),
-  // stored to y once.
+  // NHWC block -> NCHW rows of y, 16 channels x 64 pixels at a time, the chain applied on the way
+  // (channels as rows: per-row batchnorm, contiguous residual rows) and y stored once. AVX-512:
+  // 16 x 16 blocks transposed in registers, each channel's 16 pixels mapped by the chain there
+  // and stored straight to y; the rest (and the other ISAs) through an L1 buffer: transposed
+  // in, the chain applied step by step, copied out (three passes over the block).
   constexpr i64 KT = 16, PT = 64;
   alignas(64) float t[KT * PT];
   const i64 PQ = g.P * g.Q;
@@ -246,9 +249,25 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
     const i64 cnt = std::min(PT, npix - pb);
     for (i64 kt = 0; kt < K; kt += KT) {
       const i64 kn = std::min(KT, K - kt);
-      simd::transpose_2d<Arch>(yt + pb * K + kt, K, t, PT, cnt, kn);
-      if (epi.n > 0) epi.template apply_tile<Arch>(t, PT, static_cast<int>(kn), kt, a + pb, cnt);
-      for (i64 k = 0; k < kn; ++k) simd::copy_floats<Arch>(t + k * PT, y + (n * K + kt + k) * PQ + a + pb, cnt);
+      i64 done = 0;  // pixels of the block through registers
+#ifdef __AVX512F__
+      if constexpr (std::is_same_v<Arch, simd::avx512>)
+        for (; kn == KT && done + KT <= cnt; done += KT) {
+          __m512 r[KT];
+          for (i64 i = 0; i < KT; ++i) r[i] = _mm512_loadu_ps(yt + (pb + done + i) * K + kt);
+          simd::transpose16(r);  // r[k]: channel kt + k at pixels pb + done ...
+          for (i64 k = 0; k < KT; ++k) {
+            fbatch<Arch> v = r[k];
+            if (epi.n > 0) v = epi.template apply_vector<Arch>(v, kt + k, a + pb + done, KT);
+            v.store_unaligned(y + (n * K + kt + k) * PQ + a + pb + done);
+          }
+        }
+#endif
+      if (done == cnt) continue;
+      const i64 p0 = pb + done, m = cnt - done;
+      simd::transpose_2d<Arch>(yt + p0 * K + kt, K, t, PT, m, kn);
+      if (epi.n > 0) epi.template apply_tile<Arch>(t, PT, static_cast<int>(kn), kt, a + p0, m);
+      for (i64 k = 0; k < kn; ++k) simd::copy_floats<Arch>(t + k * PT, y + (n * K + kt + k) * PQ + a + p0, m);
     }
   }
 }
