@@ -363,7 +363,7 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
       }
       // Height pooling over the ring rows of this window, straight into y.
       const float* first = ring + (ra % g.kh) * sl.ring_row;
-      if (g.nhwc) {
+      if (g.x_nhwc) {
         float* yrow = y + (n * g.PP + po) * g.PQ * g.K;
         for (i64 qo = 0; qo < g.PQ; ++qo) {
           for (i64 v = 0; v < g.K; v += Wd) {  // Kp may hold whole vectors of padding channels
@@ -465,7 +465,7 @@ void ConvPool::operator()(Arch, const KernelArgs& args) const {
   }
   const float* xp = args.in[0]->data();
   if (g.copy_x) {  // the simd direct conv's zero-padded NHWC copy (simd/conv_kernel.hpp)
-    simd::pad_to_nhwc<Arch>(simd::conv_geom(d), xp, ws, args.threads);
+    simd::pad_to_nhwc<Arch>(g, xp, ws, args.threads);
     xp = ws;
   }
   switch (Tile<Arch>::nv(g.K)) {

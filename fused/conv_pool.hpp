@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "fused/fused.hpp"
+#include "simd/conv_geom.hpp"
 
 namespace opfuse::fused {
 
@@ -26,16 +27,12 @@ bool conv_pool_supports(const OpDesc& desc);
 // The geometry of one call and how its chain splits: leading batchnorms fold into the weights
 // and bias; the rest (activations, later batchnorms as per-channel mean/mult/shift) run on the
 // accumulators.
-struct ConvPoolGeom {
-  std::int64_t N, C, H, W, K, R, S, P, Q;           // conv: x (N,C,H,W), w (K,C,R,S), out (N,K,P,Q)
-  std::int64_t sh, sw, dh, dw, pt, pl, pb, pr;      // conv stride, dilation, pads
+struct ConvPoolGeom : simd::ConvGeom {              // the conv: simd::conv_geom()
   std::int64_t kh, kw, psh, psw, ppt, ppl, PP, PQ;  // pool window, stride, top/left pads; y (N,K,PP,PQ)
   std::int64_t Hp, Wp;                              // the padded NHWC copy of x
-  bool nhwc;                                        // x and y channels-last
   bool copy_x;                                      // x goes through the padded NHWC copy
   int nfold;                                        // leading batchnorms folded into w and bias
   int nsteps;                                       // epilogue steps: chain[nfold .. pool)
-  std::int64_t ws[4];                               // weight strides, logical (K, C, R, S)
 };
 ConvPoolGeom conv_pool_geom(const OpDesc& desc);
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "simd/common.hpp"
+#include "simd/conv_geom.hpp"
 #include "simd/transpose.hpp"
 
 namespace opfuse::simd {
@@ -27,32 +28,7 @@ using i64 = std::int64_t;
 
 constexpr i64 round_up(i64 v, i64 m) { return (v + m - 1) / m * m; }
 
-// ---- geometry ---------------------------------------------------------------------------------
-
-struct ConvGeom {
-  i64 N, C, H, W, K, R, S, P, Q, G, Cg, Kg;
-  i64 sh, sw, dh, dw, pt, pl, pb, pr;
-  bool x_nhwc, y_nhwc;
-  std::array<i64, kMaxRank> ws;  // weight strides, logical (K, C/G, R, S)
-};
-
-inline ConvGeom conv_geom(const OpDesc& d) {
-  const auto& p = d.p<Conv2dParams>();
-  const Shape& x = d.inputs[0].shape;
-  const Shape& w = d.inputs[1].shape;
-  ConvGeom g{};
-  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3];
-  g.K = w[0], g.R = w[2], g.S = w[3];
-  g.sh = p.stride_h, g.sw = p.stride_w, g.dh = p.dilation_h, g.dw = p.dilation_w;
-  g.pt = p.pad_top, g.pl = p.pad_left, g.pb = p.pad_bottom, g.pr = p.pad_right;
-  g.P = (g.H + g.pt + g.pb - g.dh * (g.R - 1) - 1) / g.sh + 1;
-  g.Q = (g.W + g.pl + g.pr - g.dw * (g.S - 1) - 1) / g.sw + 1;
-  g.G = p.groups, g.Cg = g.C / g.G, g.Kg = g.K / g.G;
-  g.x_nhwc = d.inputs[0].layout == Layout::nhwc;
-  g.y_nhwc = g.x_nhwc;  // the output takes x's layout
-  g.ws = dense_strides(w, d.inputs[1].layout);
-  return g;
-}
+// ---- geometry: ConvGeom and conv_geom() (simd/conv_geom.hpp) --------------------------------
 
 // Aligned float storage owned by a kernel's prepared state (packed weights, per-thread panels).
 struct AlignedFloats {

@@ -30,30 +30,20 @@ bool conv_pool_supports(const OpDesc& desc) {
 
 ConvPoolGeom conv_pool_geom(const OpDesc& d) {
   const auto& p = d.p<Conv2dParams>();
-  const Shape& x = d.inputs[0].shape;
-  const Shape& w = d.inputs[1].shape;
   ConvPoolGeom g{};
-  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3];
-  g.K = w[0], g.R = w[2], g.S = w[3];
-  g.sh = p.stride_h, g.sw = p.stride_w, g.dh = p.dilation_h, g.dw = p.dilation_w;
-  g.pt = p.pad_top, g.pl = p.pad_left, g.pb = p.pad_bottom, g.pr = p.pad_right;
-  g.P = (g.H + g.pt + g.pb - g.dh * (g.R - 1) - 1) / g.sh + 1;
-  g.Q = (g.W + g.pl + g.pr - g.dw * (g.S - 1) - 1) / g.sw + 1;
+  static_cast<simd::ConvGeom&>(g) = simd::conv_geom(d);
   const PostOp::Window& pw = p.post_ops.back().window;
   g.kh = pw.kernel_h, g.kw = pw.kernel_w, g.psh = pw.stride_h, g.psw = pw.stride_w;
   g.ppt = pw.pad_top, g.ppl = pw.pad_left;
   g.PP = (g.P + pw.pad_top + pw.pad_bottom - g.kh) / g.psh + 1;  // floor mode, as validate()
   g.PQ = (g.Q + pw.pad_left + pw.pad_right - g.kw) / g.psw + 1;
-  g.nhwc = d.inputs[0].layout == Layout::nhwc;
-  g.copy_x = !g.nhwc || g.pt || g.pl || g.pb || g.pr;
+  g.copy_x = !g.x_nhwc || g.pt || g.pl || g.pb || g.pr;
   g.Hp = g.copy_x ? g.H + g.pt + g.pb : g.H;
   g.Wp = g.copy_x ? g.W + g.pl + g.pr : g.W;
   const int chain = static_cast<int>(p.post_ops.size()) - 1;
   g.nfold = 0;
   while (g.nfold < chain && p.post_ops[static_cast<std::size_t>(g.nfold)].kind == PostOp::Kind::batchnorm) ++g.nfold;
   g.nsteps = chain - g.nfold;
-  const auto st = dense_strides(w, d.inputs[1].layout);
-  for (int i = 0; i < 4; ++i) g.ws[i] = st[static_cast<std::size_t>(i)];
   return g;
 }
 
