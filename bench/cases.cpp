@@ -146,6 +146,14 @@ std::vector<OpDesc> bench_cases() {
     std::get<GemmParams>(d.params).trans_b = true;
     c.push_back(std::move(d));
   }
+  // The attention output projection with its weight in PyTorch's layout (out, in): B^T is
+  // packed into panels on every call, a transpose.
+  {
+    OpDesc d = gemm(128, 768, 768, true);
+    d.inputs[1] = td({768, 768});
+    std::get<GemmParams>(d.params).trans_b = true;
+    c.push_back(std::move(d));
+  }
 
   // conv2d: ResNet-50 layer1 3x3, layer1 1x1 reduce with its BN + residual + ReLU tail, the
   // 7x7/2 stem, and a MobileNetV2 depthwise 3x3 (24*6 = 144 channels at 56x56).

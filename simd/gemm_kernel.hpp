@@ -291,12 +291,19 @@ void pack_b_panel(const float* b, int64_t ldb, bool trans_b, int64_t k0, int64_t
       for (int64_t j = cols; j < nr; ++j) dst[k * nr + j] = 0.f;
   if (trans_b) {
     // B is (n, k): column j of op(B) is row j of b, contiguous along k. As in pack_a, the
-    // same rows of the next panel are prefetched while this one is packed.
+    // same rows of the next panel are prefetched while this one is packed. W rows x W k steps
+    // at a time go through a register transpose (one float at a time, every store was W
+    // floats from the last: a PyTorch-layout weight, packed on every call, paid that for each
+    // of its elements); the k tail and the rows past the last whole W one float at a time.
+    if (prefetch_next)
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(b + (j0 + j) * ldb + k0 + nr * ldb + k, 0, 3);
+    const int64_t jw = cols / W * W, kw = kc / W * W;
+    for (int64_t j = 0; j < jw; j += W)
+      for (int64_t k = 0; k < kw; k += W) transpose_block<Arch>(b + (j0 + j) * ldb + k0 + k, ldb, dst + k * nr + j, nr);
     for (int64_t j = 0; j < cols; ++j) {
       const float* src = b + (j0 + j) * ldb + k0;
-      if (prefetch_next)
-        for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(src + nr * ldb + k, 0, 3);
-      for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = src[k];
+      for (int64_t k = j < jw ? kw : 0; k < kc; ++k) dst[k * nr + j] = src[k];
     }
   } else {
     const float* src = b + k0 * ldb + j0;

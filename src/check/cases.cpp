@@ -141,6 +141,9 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(13, 7, 31, gp(true, false)));
   c.add(gemm(13, 7, 31, gp(false, true)));
   c.add(gemm(17, 33, 16, gp(true, true)), kUnaligned);
+  // Transposed B packed W rows x W k steps through registers, with rows and k steps left over.
+  c.add(gemm(20, 57, 45, gp(false, true)));
+  c.add(gemm(20, 57, 45, gp(false, true)), kNan);
   // alpha / beta (beta != 0 reads the prior y).
   c.add(gemm(16, 17, 9, gp(false, false, 0.5f)));
   c.add(gemm(9, 16, 17, gp(false, false, 1.f, 1.f)));
