@@ -133,83 +133,76 @@ void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_
     for (std::int64_t j = 0; j < cols; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
 }
 
+// e = the even-indexed floats of the 2W floats lo:hi (lo first), o = the odd ones: a two-source
+// permute each (AVX-512), in-lane shuffles plus a 64-bit permute (AVX2), one shuffle (SSE2).
+template <class Arch>
+inline void even_odd(fbatch<Arch> lo, fbatch<Arch> hi, fbatch<Arch>& e, fbatch<Arch>& o) {
+  constexpr std::int64_t W = fbatch<Arch>::size;
+#ifdef __AVX512F__
+  if constexpr (W == 16) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    e = _mm512_permutex2var_ps(lo, ie, hi);
+    o = _mm512_permutex2var_ps(lo, _mm512_add_epi32(ie, _mm512_set1_epi32(1)), hi);
+  }
+#endif
+#ifdef __AVX2__
+  if constexpr (W == 8) {
+    e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+    o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+  }
+#endif
+  if constexpr (W == 4) {
+    e = _mm_shuffle_ps(lo, hi, 0x88);
+    o = _mm_shuffle_ps(lo, hi, 0xDD);
+  }
+}
+
 // dst[t] = src[2 t] for t < cnt, where src[0 .. avail) may be read: the even elements of a run
-// (the column phases of a stride-2 convolution's input row). Two vectors in, one out, through
-// a two-source permute (AVX-512), in-lane shuffles plus a 64-bit permute (AVX2) or one shuffle
-// (SSE2). The last partial vector: masked loads of what may be read and a masked store
-// (AVX-512, AVX2; one float at a time on SSE2) - done one float at a time, the 12-float tails
-// of a 56-wide row's two phases were most of a stride-2 depthwise convolution's time.
+// (the column phases of a pooling row). Two vectors in, one out (even_odd; the odd half is
+// dropped unused); a last partial vector through masked loads of what may be read and a masked
+// store (AVX-512, AVX2), one float at a time on SSE2.
 template <class Arch>
 void copy_stride2(const float* src, std::int64_t avail, float* dst, std::int64_t cnt) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
-  const auto evens = [](B lo, B hi) -> B {
-#ifdef __AVX512F__
-    if constexpr (W == 16)
-      return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
-                                    hi);
-#endif
-#ifdef __AVX2__
-    if constexpr (W == 8)
-      return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
-#endif
-    if constexpr (W == 4) return _mm_shuffle_ps(lo, hi, 0x88);
-    return lo;  // not reached: every ISA has its branch
-  };
+  B e, o;
   std::int64_t t = 0;
-  for (; t + W <= cnt && 2 * (t + W) <= avail; t += W)
-    evens(B::load_unaligned(src + 2 * t), B::load_unaligned(src + 2 * t + W)).store_unaligned(dst + t);
+  for (; t + W <= cnt && 2 * (t + W) <= avail; t += W) {
+    even_odd<Arch>(B::load_unaligned(src + 2 * t), B::load_unaligned(src + 2 * t + W), e, o);
+    e.store_unaligned(dst + t);
+  }
   if constexpr (W > 4)
     for (; t < cnt; t += W) {
       const std::int64_t a = avail - 2 * t;
-      const B lo = load_partial<Arch>(src + 2 * t, std::min(a, W));
-      const B hi = a > W ? load_partial<Arch>(src + 2 * t + W, a - W) : B(0.f);
-      store_partial<Arch>(dst + t, evens(lo, hi), cnt - t);
+      even_odd<Arch>(load_partial<Arch>(src + 2 * t, std::min(a, W)),
+                     a > W ? load_partial<Arch>(src + 2 * t + W, a - W) : B(0.f), e, o);
+      store_partial<Arch>(dst + t, e, cnt - t);
     }
   for (; t < cnt; ++t) dst[t] = src[2 * t];
 }
 
 // ev[t] = src[2 t] for t < (n + 1) / 2 and od[t] = src[2 t + 1] for t < n / 2: a row split into
-// its two column phases in one pass, two vectors in, two out (src[0 .. n) is all that is read).
-// Inline: the stride-2 depthwise convolution calls it for every input row, and as two calls of
-// copy_stride2 per row (one per phase, each reading the row) the calls' overhead and the
-// second read were most of the kernel's time.
+// its two column phases in one pass, two vectors in, two out, a masked last step (src[0 .. n)
+// is all that is read). Inline: the stride-2 depthwise convolution calls it for every input
+// row; as two calls of copy_stride2 per row (one per phase, each reading the row, the tails one
+// float at a time) the calls and the tails were most of that kernel's time.
 template <class Arch>
 inline void split_phases2(const float* src, std::int64_t n, float* ev, float* od) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
-  const auto split = [](B lo, B hi, B& e, B& o) {
-#ifdef __AVX512F__
-    if constexpr (W == 16) {
-      const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-      e = _mm512_permutex2var_ps(lo, ie, hi);
-      o = _mm512_permutex2var_ps(lo, _mm512_add_epi32(ie, _mm512_set1_epi32(1)), hi);
-    }
-#endif
-#ifdef __AVX2__
-    if constexpr (W == 8) {
-      e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
-      o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
-    }
-#endif
-    if constexpr (W == 4) {
-      e = _mm_shuffle_ps(lo, hi, 0x88);
-      o = _mm_shuffle_ps(lo, hi, 0xDD);
-    }
-  };
   const std::int64_t ne = (n + 1) / 2, no = n / 2;
   std::int64_t t = 0;
   B e, o;
   for (; 2 * (t + W) <= n; t += W) {
-    split(B::load_unaligned(src + 2 * t), B::load_unaligned(src + 2 * t + W), e, o);
+    even_odd<Arch>(B::load_unaligned(src + 2 * t), B::load_unaligned(src + 2 * t + W), e, o);
     e.store_unaligned(ev + t);
     o.store_unaligned(od + t);
   }
   if constexpr (W > 4)
     if (t < ne) {  // less than 2 W floats left: masked loads and stores
       const std::int64_t a = n - 2 * t;
-      split(load_partial<Arch>(src + 2 * t, std::min(a, W)),
-            a > W ? load_partial<Arch>(src + 2 * t + W, a - W) : B(0.f), e, o);
+      even_odd<Arch>(load_partial<Arch>(src + 2 * t, std::min(a, W)),
+                     a > W ? load_partial<Arch>(src + 2 * t + W, a - W) : B(0.f), e, o);
       store_partial<Arch>(ev + t, e, ne - t);
       if (no > t) store_partial<Arch>(od + t, o, no - t);
       return;
