@@ -152,7 +152,8 @@ void transpose_scaled(const float* src, i64 lds, i64 rows, i64 cols, const float
 template <class Arch>
 void fold_pack(const IrGeometry& g, float eps, const Tensor* const* in, const Packed& L, float* out) {
   std::memset(out, 0, static_cast<std::size_t>(L.total) * sizeof(float));
-  // Step weights w (rows x cols) -> out + at, its batchnorm (inputs bn ..) folded, biases at bias.
+  // One step: w (rows x cols) transposed into dst (row step ldd) with its batchnorm (inputs bn ..)
+  // folded in, the folded biases at bias.
   const auto step = [&](const float* w, i64 rows, i64 cols, std::size_t bn, float* dst, i64 ldd, float* bias) {
     const Fold f = fold_of(in, bn, eps);
     float a = 0, b = 0;
