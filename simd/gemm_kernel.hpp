@@ -619,6 +619,13 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
   int t = team_size(g.threads);
   if (2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < 4e6) t = 1;
   t = static_cast<int>(std::min<int64_t>(t, gemm_ceil_div(N, nr)));
+  // The vector at float offset `at` (n of its floats valid) of each of the rows br, in order:
+  // the B rows a sweep or a dot product streams together.
+  auto rows_at = [](const auto& br, int64_t at, int64_t n) {
+    std::array<B, std::tuple_size_v<std::decay_t<decltype(br)>>> v;
+    for (std::size_t r = 0; r < v.size(); ++r) v[r] = load_partial<Arch>(br[r] + at, n);
+    return v;
+  };
   auto body = [&](int id, int nt) {
     const auto [j0, j1] = gemm_detail::split(N, nt, id, nr);
     if (j0 >= j1) return;
@@ -633,12 +640,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
       for (int i = 0; i < mm; ++i)
         for (int r = 0; r < kb; ++r) av[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] = B(a_at(i, k + r));
       for (int64_t j = j0; j < j1; j += W) {
-        const int64_t n = j1 - j;
-        std::array<B, kb> bv;
-        for (int r = 0; r < kb; ++r) {
-          const float* p = br[static_cast<std::size_t>(r)] + j;
-          bv[static_cast<std::size_t>(r)] = load_partial<Arch>(p, n);
-        }
+        const std::array<B, kb> bv = rows_at(br, j, j1 - j);
         for (int i = 0; i < mm; ++i) {
           float* c = acc + i * lda + j;
           B s = first ? B(0.f) : B::load_aligned(c);
@@ -681,11 +683,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
         for (auto& row : s) row.fill(B(0.f));
         for (int64_t k = 0; k < K; k += W) {
           const int64_t n = K - k;
-          std::array<B, jb> bv;
-          for (int r = 0; r < jb; ++r) {
-            const float* p = br[static_cast<std::size_t>(r)] + k;
-            bv[static_cast<std::size_t>(r)] = load_partial<Arch>(p, n);
-          }
+          const std::array<B, jb> bv = rows_at(br, k, n);
           for (int i = 0; i < mm; ++i) {
             const B av = a_vec(i, k, n);
             auto& si = s[static_cast<std::size_t>(i)];
