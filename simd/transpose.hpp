@@ -158,9 +158,8 @@ inline void even_odd(fbatch<Arch> lo, fbatch<Arch> hi, fbatch<Arch>& e, fbatch<A
 }
 
 // dst[t] = src[2 t] for t < cnt, where src[0 .. avail) may be read: the even elements of a run
-// (the column phases of a pooling row). Two vectors in, one out (even_odd; the odd half is
-// dropped unused); a last partial vector through masked loads of what may be read and a masked
-// store (AVX-512, AVX2), one float at a time on SSE2.
+// (the column phases of a pooling row, whole vectors). Two vectors in, one out (even_odd; the
+// odd half is dropped unused); the rest one float at a time.
 template <class Arch>
 void copy_stride2(const float* src, std::int64_t avail, float* dst, std::int64_t cnt) {
   using B = fbatch<Arch>;
@@ -171,13 +170,6 @@ void copy_stride2(const float* src, std::int64_t avail, float* dst, std::int64_t
     even_odd<Arch>(B::load_unaligned(src + 2 * t), B::load_unaligned(src + 2 * t + W), e, o);
     e.store_unaligned(dst + t);
   }
-  if constexpr (W > 4)
-    for (; t < cnt; t += W) {
-      const std::int64_t a = avail - 2 * t;
-      even_odd<Arch>(load_partial<Arch>(src + 2 * t, std::min(a, W)),
-                     a > W ? load_partial<Arch>(src + 2 * t + W, a - W) : B(0.f), e, o);
-      store_partial<Arch>(dst + t, e, cnt - t);
-    }
   for (; t < cnt; ++t) dst[t] = src[2 * t];
 }
 
