@@ -28,12 +28,14 @@ void add_post_op_operands(std::vector<TensorDesc>& in, const PostOps& post_ops, 
   }
 }
 
-// y (M, N) = a (M, K) * b (K, N) [+ bias (N)], then post_ops.
-OpDesc gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool bias, PostOps post_ops = {}) {
+// y (M, N) = a (M, K) * b (K, N) [+ bias (N)], then post_ops. trans_b: b is stored (N, K), as
+// PyTorch's Linear weight (out, in), and op(b) = b^T.
+OpDesc gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool bias, PostOps post_ops = {}, bool trans_b = false) {
   GemmParams p;
   p.has_bias = bias;
+  p.trans_b = trans_b;
   p.post_ops = std::move(post_ops);
-  OpDesc d{OpKind::gemm, {}, {td({m, k}), td({k, n})}};
+  OpDesc d{OpKind::gemm, {}, {td({m, k}), trans_b ? td({n, k}) : td({k, n})}};
   if (bias) d.inputs.push_back(td({n}));
   add_post_op_operands(d.inputs, p.post_ops, n, {m, n});
   d.params = std::move(p);
@@ -140,20 +142,10 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(gemm(1, 1000, 2048, true));  // ResNet-50 fc
   // One decoded token through a 4096-wide projection with the weight in PyTorch's Linear layout
   // (out, in), i.e. op(B) = B^T: 64 MiB of weights read once per call, DRAM-bound.
-  {
-    OpDesc d = gemm(1, 4096, 4096, false);
-    d.inputs[1] = td({4096, 4096});
-    std::get<GemmParams>(d.params).trans_b = true;
-    c.push_back(std::move(d));
-  }
-  // The attention output projection with its weight in PyTorch's layout (out, in): B^T is
-  // packed into panels on every call, a transpose.
-  {
-    OpDesc d = gemm(128, 768, 768, true);
-    d.inputs[1] = td({768, 768});
-    std::get<GemmParams>(d.params).trans_b = true;
-    c.push_back(std::move(d));
-  }
+  c.push_back(gemm(1, 4096, 4096, false, {}, true));
+  // The attention output projection with its weight in PyTorch's layout: B^T is packed into
+  // panels on every call, a transpose.
+  c.push_back(gemm(128, 768, 768, true, {}, true));
 
   // conv2d: ResNet-50 layer1 3x3, layer1 1x1 reduce with its BN + residual + ReLU tail, the
   // 7x7/2 stem, and a MobileNetV2 depthwise 3x3 (24*6 = 144 channels at 56x56).

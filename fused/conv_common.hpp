@@ -47,7 +47,7 @@ Floats alloc_floats(std::size_t n) {
 
 using simd::Carver;  // workspace sections, 64-byte aligned (simd/conv_kernel.hpp)
 
-// The convolution's geometry: simd's (simd/conv_kernel.hpp), one definition for both stages.
+// The convolution's geometry: simd's (simd/conv_geom.hpp), one definition for both stages.
 using simd::conv_geom;
 using simd::ConvGeom;
 
