@@ -8,7 +8,7 @@
 //          buffer, in registers across the rows (one store per vector; the buffer's padding
 //          columns hold the identity, -inf or 0), then each output is reduced across kernel_w
 //          buffer entries. For stride_w > 1 the buffer is first de-interleaved into stride_w
-//          phase rows (stride 2: copy_stride2's register shuffles), so that consecutive outputs
+//          phase rows (stride 2: split_phases2's register shuffles), so that consecutive outputs
 //          read consecutive floats again. The average divides by rows(oh) * cols(q), which is
 //          how n_valid and n_padded factor over a rectangle.
 //        C contiguous (NHWC): one window walk per output pixel reduces a vector of channels.
@@ -158,16 +158,14 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
     for (j = lo; j < hi; ++j) buf[j] = id;  // no window row inside the input
 
   // De-interleave for stride_w > 1: phase r holds buf[t * sw + r] at ph + r * phase + t (the
-  // identity past wb). Stride 2 through copy_stride2's register shuffles, whole vectors (each
-  // phase row's spill past `phase` lands in the next row, written after it, or in the slack).
+  // identity past wb). Stride 2: both phases in one pass of register shuffles (split_phases2,
+  // simd/transpose.hpp, shared with the stride-2 depthwise convolution), the last vector masked.
   const float* ph = buf;
   std::int64_t plen = g.wb;
   if (g.sw > 1) {
     float* d = scratch + rs.cols;
     if (g.sw == 2) {
-      const std::int64_t whole = (g.phase + W - 1) / W * W;
-      copy_stride2<Arch>(buf, 2 * whole, d, whole);
-      copy_stride2<Arch>(buf + 1, 2 * whole, d + g.phase, whole);
+      split_phases2<Arch>(buf, 2 * g.phase, d, d + g.phase);  // buf[wb] (the identity) ends an odd row
     } else {
       for (std::int64_t r = 0; r < g.sw; ++r)
         for (std::int64_t t = 0; t < g.phase; ++t) {

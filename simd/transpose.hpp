@@ -157,27 +157,11 @@ inline void even_odd(fbatch<Arch> lo, fbatch<Arch> hi, fbatch<Arch>& e, fbatch<A
   }
 }
 
-// dst[t] = src[2 t] for t < cnt, where src[0 .. avail) may be read: the even elements of a run
-// (the column phases of a pooling row, whole vectors). Two vectors in, one out (even_odd; the
-// odd half is dropped unused); the rest one float at a time.
-template <class Arch>
-void copy_stride2(const float* src, std::int64_t avail, float* dst, std::int64_t cnt) {
-  using B = fbatch<Arch>;
-  constexpr std::int64_t W = B::size;
-  B e, o;
-  std::int64_t t = 0;
-  for (; t + W <= cnt && 2 * (t + W) <= avail; t += W) {
-    even_odd<Arch>(B::load_unaligned(src + 2 * t), B::load_unaligned(src + 2 * t + W), e, o);
-    e.store_unaligned(dst + t);
-  }
-  for (; t < cnt; ++t) dst[t] = src[2 * t];
-}
-
 // ev[t] = src[2 t] for t < (n + 1) / 2 and od[t] = src[2 t + 1] for t < n / 2: a row split into
 // its two column phases in one pass, two vectors in, two out, a masked last step (src[0 .. n)
-// is all that is read). Inline: the stride-2 depthwise convolution calls it for every input
-// row; as two calls of copy_stride2 per row (one per phase, each reading the row, the tails one
-// float at a time) the calls and the tails were most of that kernel's time.
+// is all that is read). Inline: the stride-2 depthwise convolution and pooling call it for
+// every row; as two calls per row of a one-phase copy (each reading the row, its tail one float
+// at a time) the calls and the tails were most of the depthwise kernel's time.
 template <class Arch>
 inline void split_phases2(const float* src, std::int64_t n, float* ev, float* od) {
   using B = fbatch<Arch>;
