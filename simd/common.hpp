@@ -102,6 +102,17 @@ float hmax(fbatch<Arch> v) {
   return m;
 }
 
+// max(a, b) lane by lane (b where either is NaN: a > b ? a : b, what a select
+// on a > b computes, in one instruction). AVX-512: the masked form, because GCC 12's
+// plain _mm512_max_ps reads _mm512_undefined_ps() and warns at some inlining sites (PR 105593).
+template <class Arch>
+inline fbatch<Arch> vmax(fbatch<Arch> a, fbatch<Arch> b) {
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+    return _mm512_mask_max_ps(b, 0xFFFF, a, b);
+  else
+    return xsimd::max(a, b);
+}
+
 // p moved up to the next 64-byte boundary: where a kernel's workspace (sized with 16 floats of
 // slack) starts its aligned sections.
 inline float* align64(float* p) { return p + (16 - reinterpret_cast<std::uintptr_t>(p) / sizeof(float) % 16) % 16; }

@@ -404,12 +404,22 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
 // ---- test entry point --------------------------------------------------------------------------
 
 inline namespace OPFUSE_SIMD_NS {
-void exp_nonpositive_eval(const float* x, float* y, std::int64_t n) {
+namespace {
+template <class F>
+void eval_each(F f, const float* x, float* y, std::int64_t n) {
   using B = fbatch<OPFUSE_SIMD_ARCH>;
   constexpr std::int64_t W = B::size;
   std::int64_t i = 0;
-  for (; i + W <= n; i += W) vmath::exp_nonpositive<OPFUSE_SIMD_ARCH>(B::load_unaligned(x + i)).store_unaligned(y + i);
-  for (; i < n; ++i) y[i] = vmath::exp_nonpositive<OPFUSE_SIMD_ARCH>(B(x[i])).get(0);
+  for (; i + W <= n; i += W) f(B::load_unaligned(x + i)).store_unaligned(y + i);
+  for (; i < n; ++i) y[i] = f(B(x[i])).get(0);
+}
+}  // namespace
+
+void exp_nonpositive_eval(const float* x, float* y, std::int64_t n) {
+  eval_each([](auto v) { return vmath::exp_nonpositive<OPFUSE_SIMD_ARCH>(v); }, x, y, n);
+}
+void exp2_nonpositive_eval(const float* x, float* y, std::int64_t n) {
+  eval_each([](auto v) { return vmath::exp2_nonpositive<OPFUSE_SIMD_ARCH>(v); }, x, y, n);
 }
 }  // namespace OPFUSE_SIMD_NS
 

@@ -40,14 +40,19 @@ void inverted_residual_execute(const KernelArgs& args);
 // denormals correctly, AVX2 / SSE2 flush results below FLT_MIN to 0).
 inline constexpr double kExpNonpositiveMaxUlp = 2.5;  // exhaustive: AVX-512/AVX2 1.95, SSE2 (no FMA) 2.12
 inline constexpr double kExpNonpositiveMaxTinyAbs = 0x1p-126;
+// exp2_nonpositive_eval: y[i] = vmath::exp2_nonpositive(x[i]) (flash attention's base-2 exp), on
+// x in [-150, 0]; the same bounds.
 namespace isa_avx512 {
 void exp_nonpositive_eval(const float* x, float* y, std::int64_t n);
-}
+void exp2_nonpositive_eval(const float* x, float* y, std::int64_t n);
+}  // namespace isa_avx512
 namespace isa_avx2 {
 void exp_nonpositive_eval(const float* x, float* y, std::int64_t n);
-}
+void exp2_nonpositive_eval(const float* x, float* y, std::int64_t n);
+}  // namespace isa_avx2
 namespace isa_sse2 {
 void exp_nonpositive_eval(const float* x, float* y, std::int64_t n);
-}
+void exp2_nonpositive_eval(const float* x, float* y, std::int64_t n);
+}  // namespace isa_sse2
 
 }  // namespace opfuse::simd

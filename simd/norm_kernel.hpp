@@ -78,16 +78,6 @@ void write_row(float* y, std::int64_t n, bool stream, F f, FS fs, PF pf) {
   for (; j < n; ++j) y[j] = fs(j);  // scalar tail
 }
 
-// max(a, b) lane by lane (b where either is NaN). AVX-512: the masked form, because GCC 12's
-// plain _mm512_max_ps reads _mm512_undefined_ps() and warns at some inlining sites (PR 105593).
-template <class Arch>
-inline fbatch<Arch> vmax(fbatch<Arch> a, fbatch<Arch> b) {
-  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
-    return _mm512_mask_max_ps(b, 0xFFFF, a, b);
-  else
-    return xsimd::max(a, b);
-}
-
 // One prefetch per cache line of `p` (or nothing for null), for vector offset j: prefetcht1,
 // into L2 only. The row being computed stays in L1 (a 16 KB row plus its buffer already fill
 // Zen 4's 32 KB L1; prefetcht0 of the next row measured ~20% slower on the 64 MiB cases).

@@ -154,6 +154,47 @@ inline fbatch<Arch> exp_nonpositive(fbatch<Arch> x) {
   }
 }
 
+// 2^x for x <= 0 (and NaN): exp_nonpositive in base 2, for callers that can fold log2(e) into a
+// multiply they do anyway (flash attention scales Q by scale * log2(e) once per query tile, so
+// its scores arrive in base 2). The reduction loses its multiply and its Cody-Waite step:
+//   n = round(x), r = x - n exactly (Sterbenz), |r| <= 1/2;
+//   2^r = e^(r ln2): exp_nonpositive's degree-5 polynomial with coefficient k times ln2^k
+//         (rounded to float), so the same 1.95 x 2^-24 relative error in exact arithmetic;
+//   2^n as in exp_nonpositive (AVX-512 vscalefps, denormal results correctly rounded; AVX2 /
+//         SSE2 exponent bits, results below FLT_MIN, x < -126, flushed to 0).
+// 9 vector operations on AVX-512 (max, roundscale, subtract, Horner's 5 FMAs, scalef) against
+// exp_nonpositive's 11, and 5 of them on the multiply pipes against 8. (The AVX2 form, exponent
+// bits and a multiply in place of roundscale and scalef, measured 2% slower in the AVX-512 flash
+// attention.) -inf gives 0, NaN gives NaN; x > 0 is outside the contract. Max error over every
+// float in [-150, 0] (VmathAccuracy.Exp2Nonpositive with OPFUSE_LONG_TESTS=1, against std::exp2
+// in double; the fast test samples every 61st and asserts kExpNonpositiveMaxUlp = 2.5):
+//   AVX-512  1.80 ulp   results < FLT_MIN: abs error <= 1.35 x 2^-149 (rounded denormals)
+//   AVX2     1.80 ulp   results < FLT_MIN: flushed to 0 (abs error < 2^-126)
+//   SSE2     2.06 ulp   (no FMA); as AVX2 below FLT_MIN
+template <class Arch>
+inline fbatch<Arch> exp2_nonpositive(fbatch<Arch> x) {
+  using B = fbatch<Arch>;
+  static constexpr float C[] = {1.f, 0x1.62e422p-1f, 0x1.ebf9acp-3f, 0x1.c6bca0p-5f, 0x1.3cee16p-7f, 0x1.59ed2cp-10f};
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>) {
+    // max(-151, x) keeps NaN (max_ps returns its second operand then); masked forms as in
+    // exp_nonpositive (GCC 12's PR 105593).
+    const B xc = _mm512_mask_max_ps(x, 0xFFFF, B(-151.f), x);
+    const B n = _mm512_mask_roundscale_ps(xc, 0xFFFF, xc, 0x08);  // to nearest, no exceptions
+    return _mm512_mask_scalef_ps(n, 0xFFFF, horner<Arch>(xc - n, C), n);
+  } else {
+    using I = ibatch<Arch>;
+    using U = xsimd::batch<std::uint32_t, Arch>;
+    const B magic(12582912.f);                       // 1.5 * 2^23: adding it rounds to an integer
+    const auto tiny = x < B(-126.f);                 // 2^x < FLT_MIN (also -inf): returned as 0
+    const B xc = xsimd::select(tiny, B(-126.f), x);  // n >= -126: 2^n stays normal
+    const B t = xc + magic;
+    const B n = t - magic;
+    const I e = xsimd::bitwise_cast<I>(t) - I(0x4B400000 - 127);
+    const B s = xsimd::bitwise_cast<B>(xsimd::bitwise_cast<U>(e) << 23);
+    return xsimd::select(tiny, B(0.f), horner<Arch>(xc - n, C) * s);
+  }
+}
+
 // 1 / (1 + e^-x), evaluated as e / (1 + e) for x < 0 and 1 / (1 + e) for x >= 0 with
 // e = e^-|x| <= 1: e never overflows, so sigmoid(x) for x < -88.7 is the tiny (denormal) e^x
 // rather than 1 / inf = 0, and one division serves both signs. NaN propagates through e.

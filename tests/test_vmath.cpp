@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cfloat>
 #include <chrono>
@@ -282,63 +283,83 @@ TEST(VmathAccuracy, CompositionsWithinCheckTolerance) {
   }
 }
 
-// Softmax's exp (vmath::exp_nonpositive, simd/norm.hpp's entry points): e^x on x in [-104, 0],
-// the only arguments softmax gives it (z - max), plus -inf, -0 and NaN. Every 61st float of
-// the range (every one with OPFUSE_LONG_TESTS=1, ~1.1e9 inputs) against std::exp in double.
-// Results below FLT_MIN: AVX-512 rounds them as denormals (abs error <= 2^-148: the polynomial's
-// ~2 ulp at the top of the denormal range), AVX2 / SSE2
-// flush them to 0 (abs error < 2^-126), simd::kExpNonpositiveMaxTinyAbs.
-TEST(VmathAccuracy, ExpNonpositive) {
-  using Eval = void (*)(const float*, float*, std::int64_t);
-  const struct {
-    const char* name;
-    Isa isa;
-    Eval eval;
-    double tiny;
-  } isas[] = {{"avx512", Isa::avx512, simd::isa_avx512::exp_nonpositive_eval, 0x1p-148},
-              {"avx2", Isa::avx2, simd::isa_avx2::exp_nonpositive_eval, simd::kExpNonpositiveMaxTinyAbs},
-              {"sse2", Isa::sse2, simd::isa_sse2::exp_nonpositive_eval, simd::kExpNonpositiveMaxTinyAbs}};
+// The base-e and base-2 exps of softmax and flash attention (vmath::exp_nonpositive,
+// exp2_nonpositive through simd/norm.hpp's entry points) on their whole domain, x from -0 down to
+// where the result is 0 (bits lo .. hi), plus -inf, -0 and NaN: every 61st float (every one with
+// OPFUSE_LONG_TESTS=1, ~1.1e9 inputs) against std::exp / std::exp2 in double. Results below
+// FLT_MIN: AVX-512 rounds them as denormals (abs error <= 2^-148: the polynomial's ~2 ulp at the
+// top of the denormal range), AVX2 / SSE2 flush them to 0 (abs error < 2^-126),
+// simd::kExpNonpositiveMaxTinyAbs.
+using Eval = void (*)(const float*, float*, std::int64_t);
+struct NonpositiveExp {
+  const char* name;
+  std::array<Eval, 3> eval;  // avx512, avx2, sse2
+  double (*ref)(double);
+  std::uint32_t hi;  // the last input tested (the most negative)
+};
+
+void check_nonpositive_exp(const NonpositiveExp& f) {
+  const Isa isas[] = {Isa::avx512, Isa::avx2, Isa::sse2};
+  const char* names[] = {"avx512", "avx2", "sse2"};
   const char* on = std::getenv("OPFUSE_LONG_TESTS");
   const std::uint32_t step = on && std::string(on) == "1" ? 1 : 61;
-  const std::uint32_t lo = 0x80000000u, hi = 0xC2D00000u;  // -0 .. -104
-  for (const auto& isa : isas) {
-    if (cpu_isa() < isa.isa) continue;
+  const std::uint32_t lo = 0x80000000u;  // -0
+  for (std::size_t k = 0; k < 3; ++k) {
+    if (cpu_isa() < isas[k]) continue;
+    const Eval eval = f.eval[k];
+    const double tiny = isas[k] == Isa::avx512 ? 0x1p-148 : simd::kExpNonpositiveMaxTinyAbs;
     const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
     std::vector<ErrStats> part(nt);
     std::vector<std::thread> pool;
     for (unsigned t = 0; t < nt; ++t)
       pool.emplace_back([&, t] {
         std::vector<float> x, y;
-        const std::uint64_t span = (std::uint64_t{hi} - lo) / nt + 1;
-        const std::uint64_t b = lo + t * span, e = std::min<std::uint64_t>(hi + 1, b + span);
+        const std::uint64_t span = (std::uint64_t{f.hi} - lo) / nt + 1;
+        const std::uint64_t b = lo + t * span, e = std::min<std::uint64_t>(f.hi + 1, b + span);
         for (std::uint64_t c = b; c < e; c += std::uint64_t{step} << 16) {  // chunks of 65536 inputs
           x.clear();
           for (std::uint64_t u = c; u < e && u < c + (std::uint64_t{step} << 16); u += step)
             x.push_back(bits_to_float(static_cast<std::uint32_t>(u)));
           y.resize(x.size());
-          isa.eval(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
-          for (std::size_t i = 0; i < x.size(); ++i) part[t].add(x[i], y[i], std::exp(static_cast<double>(x[i])));
+          eval(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+          for (std::size_t i = 0; i < x.size(); ++i) part[t].add(x[i], y[i], f.ref(static_cast<double>(x[i])));
         }
       });
     for (auto& th : pool) th.join();
     ErrStats s;
     for (const ErrStats& p : part) s.merge(p);
     const float inf = std::numeric_limits<float>::infinity();
-    const std::vector<float> sx = {-inf, std::numeric_limits<float>::quiet_NaN(), 0.f, -0.f, -87.33f, -87.34f, -1e30f};
+    const std::vector<float> sx = {-inf, std::numeric_limits<float>::quiet_NaN(), 0.f, -0.f, -1e30f};
     std::vector<float> sy(sx.size());
-    isa.eval(sx.data(), sy.data(), static_cast<std::int64_t>(sx.size()));
-    SCOPED_TRACE(std::string("exp_nonpositive/") + isa.name + ": " + describe(s));
-    if (std::getenv("OPFUSE_VMATH_VERBOSE")) std::printf("exp_nonpositive/%s: %s\n", isa.name, describe(s).c_str());
+    eval(sx.data(), sy.data(), static_cast<std::int64_t>(sx.size()));
+    SCOPED_TRACE(std::string(f.name) + "/" + names[k] + ": " + describe(s));
+    if (std::getenv("OPFUSE_VMATH_VERBOSE")) std::printf("%s/%s: %s\n", f.name, names[k], describe(s).c_str());
     EXPECT_GT(s.count, 1000000u);
     EXPECT_LE(s.max_ulp, simd::kExpNonpositiveMaxUlp);
-    EXPECT_LE(s.max_tiny_abs, isa.tiny);
+    EXPECT_LE(s.max_tiny_abs, tiny);
     EXPECT_EQ(s.special_bad, 0u);
     EXPECT_EQ(sy[0], 0.f);
     EXPECT_TRUE(std::isnan(sy[1]));
     EXPECT_EQ(sy[2], 1.f);
     EXPECT_EQ(sy[3], 1.f);
-    EXPECT_EQ(sy[6], 0.f);
+    EXPECT_EQ(sy[4], 0.f);
   }
+}
+
+TEST(VmathAccuracy, ExpNonpositive) {
+  check_nonpositive_exp({"exp_nonpositive",
+                         {simd::isa_avx512::exp_nonpositive_eval, simd::isa_avx2::exp_nonpositive_eval,
+                          simd::isa_sse2::exp_nonpositive_eval},
+                         [](double x) { return std::exp(x); },
+                         0xC2D00000u});  // -104
+}
+
+TEST(VmathAccuracy, Exp2Nonpositive) {
+  check_nonpositive_exp({"exp2_nonpositive",
+                         {simd::isa_avx512::exp2_nonpositive_eval, simd::isa_avx2::exp2_nonpositive_eval,
+                          simd::isa_sse2::exp2_nonpositive_eval},
+                         [](double x) { return std::exp2(x); },
+                         0xC3160000u});  // -150
 }
 
 // ---- streaming stores ----------------------------------------------------------------------
