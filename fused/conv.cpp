@@ -268,11 +268,10 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
           __m512 r[KT];
           for (i64 i = 0; i < KT; ++i) r[i] = _mm512_loadu_ps(yt + (pb + done + i) * K + kt);
           simd::transpose16(r);  // r[k]: channel kt + k at pixels pb + done ...
-          for (i64 k = 0; k < KT; ++k) {
-            fbatch<Arch> v = r[k];
-            if (epi.n > 0) v = epi.template apply_vector<Arch>(v, kt + k, a + pb + done, KT);
-            v.store_unaligned(y + (n * K + kt + k) * PQ + a + pb + done);
-          }
+          fbatch<Arch> v[KT];
+          for (i64 k = 0; k < KT; ++k) v[k] = r[k];
+          if (epi.n > 0) epi.template apply_rows<Arch, KT>(v, kt, a + pb + done, KT);
+          for (i64 k = 0; k < KT; ++k) v[k].store_unaligned(y + (n * K + kt + k) * PQ + a + pb + done);
         }
 #endif
       if (done == cnt) continue;
