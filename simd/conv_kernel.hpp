@@ -100,13 +100,21 @@ struct DirectTile<sse2> {
   static int nv(i64 Kg) { return Kg > 4 ? 2 : 1; }
 };
 
+// direct_tile's default epilogue: nothing between the accumulation and the store.
+struct NoTileEpi {
+  template <class B, int MR, int NV>
+  void operator()(B (&)[MR][NV], float* const*) const {}
+};
+
 // One register tile: MR output pixels x NV vectors of output channels.
 //   xs[i]: the padded-NHWC address of pixel i's window corner (at its group's first channel)
 //   w:     the K block's packed weights [R][S][Cg][NV*W]
 //   ys[i]: where pixel i's channels of this block go (nullptr: tile padding, not stored)
-template <class Arch, int MR, int NV>
+//   epi:   epi(acc, ys) maps the finished accumulators before the store (the fused stage's
+//          post-op chain on the last channel block; NoTileEpi compiles to nothing)
+template <class Arch, int MR, int NV, class Epi = NoTileEpi>
 void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i64 row_step, i64 col_step,
-                 const float* bias, float* const* ys, i64 valid_k, bool first) {
+                 const float* bias, float* const* ys, i64 valid_k, bool first, const Epi& epi = Epi{}) {
   using B = fbatch<Arch>;
   constexpr int Wd = static_cast<int>(B::size);
   B acc[MR][NV];
@@ -147,6 +155,7 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
       }
     }
   }
+  epi(acc, ys);
   if (valid_k == NV * Wd) {
     for (int i = 0; i < MR; ++i)
       if (ys[i])
