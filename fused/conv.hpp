@@ -15,6 +15,8 @@ OPFUSE_SIMD_FUNCTOR_PREPARED(Conv1x1);
 // the accumulator tile (NHWC output) or on the transpose to NCHW (NCHW output).
 OPFUSE_SIMD_FUNCTOR_PREPARED(ConvDirect);
 OPFUSE_SIMD_FUNCTOR_PREPARED(ConvDepthwise);  // groups == C == K
+// conv_dw.cpp too: groups 1, at most 4 input channels (RGB stems), NCHW in and out.
+OPFUSE_SIMD_FUNCTOR_PREPARED(ConvSmallC);
 
 // ---- ISA-independent parts, in fused/shared/conv_supports.cpp --------------------------------
 
@@ -49,5 +51,6 @@ int conv_folded_batchnorms(const Conv2dParams& p);
 bool conv_1x1_supports(const OpDesc& desc);
 bool conv_direct_supports(const OpDesc& desc);
 bool conv_depthwise_supports(const OpDesc& desc);
+bool conv_smallc_supports(const OpDesc& desc);
 
 }  // namespace opfuse::fused

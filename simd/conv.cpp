@@ -2,7 +2,7 @@
 //
 // naive: the seven-loop nest of naive/conv.cpp, one output element at a time, every tensor read
 //        through its logical strides; then one full pass over y per post-op.
-// simd:  three kernels, chosen best-first by the registry (simd/rows/conv.inc):
+// simd:  four kernels, chosen best-first by the registry (simd/rows/conv.inc):
 //   * nhwc_direct - the general kernel (any R, S, stride, dilation, asymmetric pads, groups).
 //        It works channels-last: x is copied once per call into a zero-padded NHWC buffer (the
 //        NCHW -> NHWC transpose and the padding in one pass, so the inner loop has no bounds
@@ -25,6 +25,15 @@
 //        deinterleave (stride 2), a row takes only the vectors it needs, and the chain runs
 //        over ~512 outputs at a time with the rows merged: dw 3x3 144 @56 +bn+relu6 t1 went
 //        545 -> 392 us (stride 1) and 435 -> 237 us (stride 2) with these (A/B pairs).
+//   * nchw_smallc - few input channels (C <= 4: the RGB stems), groups 1, NCHW in and out. The
+//        direct kernel's broadcast of x feeds one FMA per output vector when C is 3, and its two
+//        transposes were ~20% of the 3-channel stem. Here the depthwise kernel's phase-split
+//        planes hold the C input channels (per thread, only the input rows the thread's output
+//        rows read), and an 8-output-channel x 1-3-vector register tile along the output row
+//        sums the C*R*S taps, each tap's vector loads shared by 8 weight broadcasts (simd/
+//        conv_kernel.hpp, smallc_run). The chain runs over ~64 KB of finished rows at a time.
+//        MobileNet's 3x3/2 3->32 @224 +bn+relu6 t1: 424 -> ~325 us (oneDNN ~250); the fused
+//        stage's (chain on the registers) ~265 us.
 //   Bias initializes the accumulators. The post-op chain (batchnorm per channel, binary with a
 //   broadcast operand, activation) runs as one vectorized pass per output tile right after the
 //   tile is stored, while it is still in L1/L2 (all steps per vector, no extra pass over y).
@@ -632,8 +641,53 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
   }
 }
 
+// Few input channels, NCHW: simd/conv_kernel.hpp's smallc_run, the chain over each output row
+// of every channel right after the row is stored.
+template <class Arch>
+std::size_t ConvSmallC::workspace(Arch, const OpDesc& desc) {
+  const ConvGeom g = conv_geom(desc);
+  const i64 kp = (g.K + kSmallKC - 1) / kSmallKC * kSmallKC;
+  Carver cv{nullptr};
+  cv.take(kp * g.C * g.R * g.S);
+  cv.take(kp);
+  cv.take(chain_workspace(desc.p<Conv2dParams>(), g.K));
+  return cv.used;
+}
+
+template <class Arch>
+Status ConvSmallC::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const*,
+                           std::shared_ptr<void>& state) {
+  auto st = std::make_shared<DwState>();
+  smallc_prepare<Arch>(conv_geom(desc), ctx.threads, st.get());
+  state = st;
+  return Status::ok();
+}
+
+template <class Arch>
+void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
+  const OpDesc& d = *args.desc;
+  const ConvGeom g = conv_geom(d);
+  const i64 kp = (g.K + kSmallKC - 1) / kSmallKC * kSmallKC;
+  Carver cv{args.workspace};
+  float* wpk = cv.take(kp * g.C * g.R * g.S);
+  float* bpk = cv.take(kp);
+  float* wsc = cv.take(chain_workspace(d.p<Conv2dParams>(), g.K));
+  const Chain ch = make_chain(d, args.in, wsc);
+  smallc_pack(g, args.in[1]->data(), nullptr, d.p<Conv2dParams>().has_bias ? args.in[2]->data() : nullptr, wpk, bpk);
+  float* y = args.out[0]->mutable_data();
+  const i64 K = g.K, Q = g.Q, PQ = g.P * g.Q;
+  smallc_run<Arch>(
+      g, static_cast<const DwState*>(args.state), args.in[0]->data(), wpk, bpk, y, args.threads,
+      [](i64, i64) { return NoMap{}; },
+      [&](i64 n, i64 p0, i64 p1) {
+        if (ch.n > 0)
+          for (i64 k = 0; k < K; ++k) chain_nchw_range<Arch>(ch, y + (n * K + k) * PQ, p0 * Q, p1 * Q, n, k, Q);
+      });
+}
+
 OPFUSE_SIMD_INSTANTIATE_PREPARED(ConvDirect);
 OPFUSE_SIMD_INSTANTIATE_PREPARED(Conv1x1);
 OPFUSE_SIMD_INSTANTIATE_PREPARED(ConvDepthwise);
+OPFUSE_SIMD_INSTANTIATE_PREPARED(ConvSmallC);
 
 }  // namespace opfuse::simd

@@ -8,6 +8,7 @@ namespace opfuse::simd {
 // conv.cpp. Best first in simd/rows/conv.inc: depthwise, 1x1 as GEMM, general direct conv.
 OPFUSE_SIMD_FUNCTOR_PREPARED(ConvDepthwise);  // groups == C == K, any R, S, stride, dilation, pads
 OPFUSE_SIMD_FUNCTOR_PREPARED(Conv1x1);        // R = S = 1, stride 1, no padding, groups == 1
+OPFUSE_SIMD_FUNCTOR_PREPARED(ConvSmallC);     // groups 1, <= 4 input channels, NCHW: no layout change
 OPFUSE_SIMD_FUNCTOR_PREPARED(ConvDirect);     // anything else (any groups), NHWC register-blocked
 // conv_pool.cpp: a pool post-op (which the three above decline) as the best simd conv2d kernel
 // without it, into the workspace, then the simd maxpool2d kernel into y.
@@ -18,6 +19,7 @@ inline constexpr std::size_t kConvMaxPostOps = 8;  // post-op chains longer than
 bool conv_post_ops_supported(const Conv2dParams& p);
 bool conv_depthwise_supports(const OpDesc& desc);
 bool conv_1x1_supports(const OpDesc& desc);
+bool conv_smallc_supports(const OpDesc& desc);
 bool conv_direct_supports(const OpDesc& desc);
 
 // conv2d + pool post-op as two registry kernels, in simd/shared/conv_pool_supports.cpp (the

@@ -323,6 +323,44 @@ struct TilePixels {
   }
 };
 
+// Input rows [h0, h1) of an (H x W) plane src into its phase-split padded plane buf (dw_plane):
+// padded column j*sw + f of row h goes to phase f, column j. Only real columns are written, so
+// the padding keeps the zeros the buffer started with.
+template <class Arch>
+inline void dw_fill_rows(const ConvGeom& g, const DwPlane& pl, const float* src, float* buf, i64 h0, i64 h1) {
+  const i64 phase_floats = pl.Hp * pl.rows_stride, rs = pl.rows_stride;
+  const i64 Win = g.W, padl = g.pl, sw = g.sw;
+  for (i64 h = h0; h < h1; ++h) {
+    float* row = buf + (h + g.pt) * rs;
+    const float* srow = src + h * Win;
+    if (sw == 1) {  // inline: a libc memcpy call per 56-float row was ~18% of the kernel
+      copy_floats<Arch>(srow, row + padl, Win);
+      continue;
+    }
+    if (sw == 2) {  // both phases in one pass: padded column col + padl, phase (col + padl) % 2
+      float* ph = row + (padl % 2) * phase_floats + padl / 2;              // where column 0 goes
+      float* pn = row + ((padl + 1) % 2) * phase_floats + (padl + 1) / 2;  // column 1
+      split_phases2<Arch>(srow, Win, ph, pn);
+      continue;
+    }
+    for (i64 f = 0; f < sw; ++f) {
+      // Padded columns f, f + sw, ... that hold real data: col = j*sw + f - pl in [0, W).
+      const i64 j0 = f >= padl ? 0 : (padl - f + sw - 1) / sw;
+      const i64 col0 = j0 * sw + f - padl;
+      if (col0 >= Win) continue;
+      float* dst = row + f * phase_floats;
+      for (i64 j = j0, col = col0; col < Win; ++j, col += sw) dst[j] = srow[col];
+    }
+  }
+}
+
+// A map that maps nothing, for any kernel's epilogue slot (the simd stage's: its chain runs after
+// the store).
+struct NoMap {
+  template <class... A>
+  void operator()(A&&...) const {}
+};
+
 // The accumulator map of a plane that has none (the simd stage: its chain runs after the store).
 struct DwNoEpi {
   template <class B, int NV>
@@ -369,8 +407,7 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
   constexpr i64 Wd = fbatch<Arch>::size;
   const DwPlane pl = dw_plane<Arch>(g);
   const i64 HW = g.H * g.W, PQ = g.P * g.Q, C = g.C;
-  const i64 phase_floats = pl.Hp * pl.rows_stride;
-  const i64 P = g.P, Q = g.Q, H = g.H, Win = g.W, padl = g.pl, sh = g.sh, sw = g.sw, rs = pl.rows_stride;
+  const i64 P = g.P, Q = g.Q, H = g.H, sh = g.sh, rs = pl.rows_stride;
   const i64 taps = g.R * g.S;
   const i64* toff = st->tap_offset.data();
   // rows_done every `crows` rows: per whole plane it measured slower once the stride-2 input
@@ -382,29 +419,7 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
     for (i64 task = b; task < e; ++task) {
       const i64 n = task / C, c = task % C;
       const float* src = x + (n * C + c) * HW;
-      // Padded column j*sw + f of row h goes to phase f, column j; padding stays zero.
-      for (i64 h = 0; h < H; ++h) {
-        float* row = buf + (h + g.pt) * rs;
-        const float* srow = src + h * Win;
-        if (sw == 1) {  // inline: a libc memcpy call per 56-float row was ~18% of the kernel
-          copy_floats<Arch>(srow, row + padl, Win);
-          continue;
-        }
-        if (sw == 2) {  // both phases in one pass: padded column col + padl, phase (col + padl) % 2
-          float* ph = row + (padl % 2) * phase_floats + padl / 2;              // where column 0 goes
-          float* pn = row + ((padl + 1) % 2) * phase_floats + (padl + 1) / 2;  // column 1
-          split_phases2<Arch>(srow, Win, ph, pn);
-          continue;
-        }
-        for (i64 f = 0; f < sw; ++f) {
-          // Padded columns f, f + sw, ... that hold real data: col = j*sw + f - pl in [0, W).
-          const i64 j0 = f >= padl ? 0 : (padl - f + sw - 1) / sw;
-          const i64 col0 = j0 * sw + f - padl;
-          if (col0 >= Win) continue;
-          float* dst = row + f * phase_floats;
-          for (i64 j = j0, col = col0; col < Win; ++j, col += sw) dst[j] = srow[col];
-        }
-      }
+      dw_fill_rows<Arch>(g, pl, src, buf, 0, H);
       const float wb = setup(n, c, wt);
       const auto epi = epi_of(n, c);
       float* dst = y + (n * C + c) * PQ;
@@ -440,6 +455,141 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
   const i64 ntasks = g.N * C;
   const int t = std::min(team_size(threads), st->slots);
   parallel_tid(ntasks, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * st->plane_floats); });
+}
+
+// ---- few input channels, NCHW ---------------------------------------------------------------
+// A dense convolution (groups 1) of at most kSmallC input channels - the RGB stems - straight
+// from NCHW to NCHW. The channels-in-lanes direct kernel needs x in NHWC and y back in NCHW (two
+// transposes, ~20% of the 3-channel stem) and its broadcast of x feeds one FMA per output
+// vector. Here each input channel is copied into a phase-split padded plane, as a depthwise
+// plane is (dw_plane, dw_fill_rows), so every tap is a contiguous vector load along an output
+// row; a register tile of KC = 8 output channels x NV <= 3 vectors of that row (24 zmm
+// accumulators) sums the C * R * S taps, each tap's NV loads shared by the KC channels' weight
+// broadcasts (4 x 4 measured ~3% slower on the 3-channel stem), and is stored once per row of y. The planes stay per
+// thread (C of them, zeroed at prepare: only real columns are ever written), each thread copying just the input rows
+// its output rows read.
+inline constexpr i64 kSmallC = 4;
+inline constexpr int kSmallKC = 8;  // output channels per register tile (x NV <= 3 vectors)
+
+// Prepare: the taps' offsets (dw_prepare_planes) and C zeroed planes per thread.
+template <class Arch>
+void smallc_prepare(const ConvGeom& g, int threads, DwState* st) {
+  dw_prepare_planes<Arch>(g, threads, st);
+  const std::size_t n = static_cast<std::size_t>(st->slots * g.C * st->plane_floats);
+  st->planes.resize(n);
+  std::memset(st->planes.data, 0, n * sizeof(float));
+}
+
+// Weights (K, C, R, S) times sc[k] (null: 1) into blocks of KC output channels, [block][c][r][s]
+// [KC] (the last block's missing channels 0); bias (null: 0) plus b into bias[K rounded up].
+inline void smallc_pack(const ConvGeom& g, const float* w, const float* sc, const float* bias, float* wpk, float* bpk) {
+  const i64 taps = g.R * g.S, nb = (g.K + kSmallKC - 1) / kSmallKC;
+  for (i64 b = 0; b < nb; ++b)
+    for (i64 c = 0; c < g.C; ++c)
+      for (i64 t = 0; t < taps; ++t)
+        for (i64 u = 0; u < kSmallKC; ++u) {
+          const i64 k = b * kSmallKC + u;
+          float v = 0.f;
+          if (k < g.K)
+            v = w[k * g.ws[0] + c * g.ws[1] + (t / g.S) * g.ws[2] + (t % g.S) * g.ws[3]] * (sc ? sc[k] : 1.f);
+          wpk[((b * g.C + c) * taps + t) * kSmallKC + u] = v;
+        }
+  for (i64 k = 0; k < nb * kSmallKC; ++k) bpk[k] = k < g.K && bias ? bias[k] : 0.f;
+}
+
+// One tile: output channels k0 .. k0 + KC - 1 (rows of y at out[u * PQ]; only the first kv
+// stored), NV vectors of the row starting at plane row `in` (the C input planes plane_floats
+// apart), `valid` outputs of them. epi(acc, pix, valid) maps the accumulators
+// before the store (pix: the image pixel of lane 0).
+// Out of line: inlined into smallc_run with the fused stage's epilogue, its FMA loop measured
+// ~30% slower (the 3-channel stem's tiles, perf).
+template <class Arch, int NV, class Epi>
+[[gnu::noinline]] void smallc_tile(const float* in, i64 plane_floats, i64 C, const i64* toff, i64 taps, const float* w,
+                                   const float* bias, float* out, i64 PQ, i64 kv, i64 valid, const Epi& epi, i64 pix) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  constexpr int KC = kSmallKC;
+  B acc[KC][NV];
+  for (int u = 0; u < KC; ++u)
+    for (int v = 0; v < NV; ++v) acc[u][v] = B(bias[u]);
+  for (i64 c = 0; c < C; ++c) {
+    const float* xc = in + c * plane_floats;
+    for (i64 t = 0; t < taps; ++t) {
+      const float* xt = xc + toff[t];
+      B xv[NV];
+      for (int v = 0; v < NV; ++v) xv[v] = B::load_unaligned(xt + v * Wd);
+      for (int u = 0; u < KC; ++u) {
+        const B wu(w[u]);
+        for (int v = 0; v < NV; ++v) acc[u][v] = xsimd::fma(wu, xv[v], acc[u][v]);
+      }
+      w += KC;
+    }
+  }
+  epi(acc, pix, valid);
+  for (int u = 0; u < KC; ++u) {
+    if (u >= kv) break;
+    float* o = out + u * PQ;
+    for (int v = 0; v < NV - 1; ++v) acc[u][v].store_unaligned(o + v * Wd);
+    store_partial<Arch>(o + (NV - 1) * Wd, acc[u][NV - 1], valid - (NV - 1) * Wd);
+  }
+}
+
+// The small-C convolution of NCHW x into NCHW y, output rows of all images split over the
+// threads. wpk / bpk from smallc_pack. epi_of(n, k0) returns the map of image n's tiles at
+// output channel k0 (see smallc_tile); rows_done(n, p0, p1) runs once output rows [p0, p1) of
+// image n are stored in every channel - ~64 KB of y, still in L2 (per row, the simd stage's
+// chain calls were a quarter of the 3-channel stem).
+template <class Arch, class EpiOf, class RowsDone>
+void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const float* wpk, const float* bpk, float* y,
+                int threads, EpiOf epi_of, RowsDone rows_done) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  const DwPlane pl = dw_plane<Arch>(g);
+  const i64 C = g.C, K = g.K, P = g.P, Q = g.Q, PQ = g.P * g.Q, HW = g.H * g.W, taps = g.R * g.S;
+  const i64 nb = (K + kSmallKC - 1) / kSmallKC, pf = st->plane_floats;
+  const i64* toff = st->tap_offset.data();
+  const i64 crows = std::max<i64>(1, 16384 / (Q * K));
+  const auto work = [&](i64 b, i64 e, float* planes) {
+    while (b < e) {
+      const i64 n = b / P, p0 = b % P, p1 = std::min(P, p0 + (e - b));
+      // The input rows output rows [p0, p1) read, inside the image.
+      const i64 h0 = std::max<i64>(0, p0 * g.sh - g.pt);
+      const i64 h1 = std::min(g.H, (p1 - 1) * g.sh - g.pt + (g.R - 1) * g.dh + 1);
+      for (i64 c = 0; c < C; ++c) dw_fill_rows<Arch>(g, pl, x + (n * C + c) * HW, planes + c * pf, h0, h1);
+      float* yn = y + n * K * PQ;
+      i64 pd = p0;  // the first row not yet passed to rows_done
+      for (i64 p = p0; p < p1; ++p) {
+        const float* in_row = planes + p * g.sh * pl.rows_stride;
+        for (i64 kb = 0; kb < nb; ++kb) {
+          const i64 k0 = kb * kSmallKC, kv = std::min<i64>(kSmallKC, K - k0);
+          const float* w = wpk + kb * C * taps * kSmallKC;
+          const float* bias = bpk + k0;
+          const auto epi = epi_of(n, k0);
+          float* out = yn + k0 * PQ + p * Q;
+          for (i64 q0 = 0; q0 < Q; q0 += 3 * Wd) {
+            const i64 valid = std::min(3 * Wd, Q - q0), pix = p * Q + q0;
+            switch ((valid + Wd - 1) / Wd) {
+              case 1:
+                smallc_tile<Arch, 1>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid, epi, pix);
+                break;
+              case 2:
+                smallc_tile<Arch, 2>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid, epi, pix);
+                break;
+              default:
+                smallc_tile<Arch, 3>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid, epi, pix);
+                break;
+            }
+          }
+        }
+        if (p + 1 - pd == crows || p + 1 == p1) {
+          rows_done(n, pd, p + 1);
+          pd = p + 1;
+        }
+      }
+      b += p1 - p0;
+    }
+  };
+  const int t = std::min(team_size(threads), st->slots);
+  parallel_tid(g.N * P, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * C * pf); });
 }
 
 // ---- depthwise, NHWC -----------------------------------------------------------------------------

@@ -124,4 +124,12 @@ bool conv_depthwise_supports(const OpDesc& desc) {
   return chain_ok(desc, desc.inputs[0].layout == Layout::nhwc ? ConvView::pixel_rows : ConvView::channel_rows);
 }
 
+// Few input channels (the RGB stems), groups 1, NCHW: simd's smallc kernel with the batchnorms
+// folded into its weights and the rest of the chain on its accumulators.
+bool conv_smallc_supports(const OpDesc& desc) {
+  const auto& p = desc.p<Conv2dParams>();
+  if (p.groups != 1 || desc.inputs[0].layout != Layout::nchw || desc.inputs[0].shape[1] > 4) return false;
+  return chain_ok(desc, ConvView::channel_rows);
+}
+
 }  // namespace opfuse::fused

@@ -26,6 +26,14 @@ bool conv_1x1_supports(const OpDesc& desc) {
          p.pad_left == 0 && p.pad_bottom == 0 && p.pad_right == 0 && conv_post_ops_supported(p);
 }
 
+// Few input channels (the RGB stems), groups 1, NCHW in and out: any R, S, stride, dilation and
+// pads (the depthwise kernel's phase-split planes).
+bool conv_smallc_supports(const OpDesc& desc) {
+  const auto& p = desc.p<Conv2dParams>();
+  return p.groups == 1 && desc.inputs[0].layout == Layout::nchw && desc.inputs[0].shape[1] <= 4 &&
+         conv_post_ops_supported(p);
+}
+
 // Any geometry and any groups (grouped convolutions run the same kernel once per group).
 bool conv_direct_supports(const OpDesc& desc) { return conv_post_ops_supported(desc.p<Conv2dParams>()); }
 
