@@ -44,22 +44,21 @@
 //   201,326,592 bytes (B * H * S * S * 4) of its score matrix: 0.026% (0.052% at t2). (The simd
 //   kernel holds one head's Sq x Skv matrix per thread: 16.8 MB per thread here.)
 //
-// Measured (opfuse-bench --threads 1, medians of 3 repetitions, the median of 3 such runs; a
-// 2-vCPU AMD EPYC VM shared with other builds at load 3-5, so CPU time is quoted, wall time in
-// brackets; the bench's roofline probe: 117 GFLOP/s fp32 FMA peak at 1 thread, 115 at 2):
-//   b1_h12_s2048_d64  fused 129 ms (192)  simd 158 ms (236)  oneDNN 160 ms (240)
-//                     fused / simd: 1.30, 1.22, 1.22 in the three runs (wall 1.30, 1.31, 1.23);
-//                     quiet min of 8 runs: fused 128 ms, simd 154 ms (1.20x).
-//   b1_h12_s512_d64   fused 8.62 ms  simd 9.58 ms  oneDNN 10.6 ms   (fused / simd 1.11x)
-//     +causal         fused 5.73 ms  simd 6.20 ms  oneDNN 11.2 ms
-//   b1_h12_s128_d64   fused 571 us   simd 656 us   oneDNN 576 us
-//   b1_h12_s4096_d64 (own harness, min of 2): fused 757 ms, simd 1040 ms (1.37x): a head's score
-//     matrix (64 MiB) no longer fits the 32 MiB L3.
-// Why not more at s2048: the fused kernel runs 13.1 GFLOP in 128 ms, 103 GFLOP/s = 88% of the
-// FMA peak; perf puts 44% of the time in the QK^T tile and 42% in the PV tile (both at the FMA
-// roof) and 10% in the softmax exps, so ~112 ms (all FMAs at peak, no exp) bounds any kernel.
-// The unfused simd pays its three trips through L3 (the 16 MiB matrix of a head fits the 32 MiB
-// L3) on top of the same FMAs at ~72% of peak: ~25-30 ms, which is all that fusion can win here.
+// Measured (the reports/ snapshot of the code at e2ab59e: one opfuse-bench run, medians of 3,
+// one thread, AVX-512; probe 117 GFLOP/s fp32 FMA peak; fused / simd / oneDNN):
+//   b1_h12_s2048_d64  124 ms / 160 ms / 158 ms   (fused / simd 1.29x; two filtered runs on a
+//                     busier VM, triad 27 and 23 GB/s: 125 / 195 ms and 126 / 189 ms, 1.56x
+//                     and 1.50x - the simd stage's score matrix makes it the one that varies)
+//   b1_h12_s512_d64   8.03 ms / 9.42 ms / 9.31 ms;  +causal 4.93 ms / 5.37 ms / 10.3 ms
+//   b1_h12_s128_d64   510 us / 602 us / 563 us
+//   b1_h12_s4096_d64 (own harness, min of 2, before base 2): fused 757 ms, simd 1040 ms (1.37x):
+//     a head's score matrix (64 MiB) no longer fits the 32 MiB L3.
+// Why not more at s2048: the fused kernel runs 13.1 GFLOP in 124 ms, 106 GFLOP/s = 90% of the
+// FMA peak; perf puts ~46% of the time in the QK^T tile and ~46% in the PV tile (each ~96% of
+// the FMA roof) and ~8% in the softmax pass (2^x, the max, the sums), so ~112 ms (all FMAs at
+// peak, no exp) bounds any kernel. The unfused simd pays its three trips through L3 (the 16 MiB
+// matrix of a head fits the 32 MiB L3) on top of the same FMAs: that, ~30-60 ms depending on how
+// busy the shared L3 is, is all that fusion can win here.
 #include <algorithm>
 #include <cassert>
 #include <cmath>

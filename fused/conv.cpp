@@ -27,19 +27,20 @@
 //   * depthwise: fused/conv_dw.cpp, its own unit (see fused/conv_common.hpp for why).
 //   * pool steps and any other post-op kind: declined (the simd kernels serve them).
 //
-// MEASURED (the reports/ snapshot of the code at ba8b496: one opfuse-bench run, medians of 3, one
+// MEASURED (the reports/ snapshot of the code at e2ab59e: one opfuse-bench run, medians of 3, one
 // thread, AVX-512; fused / simd / oneDNN, the chain as in the case name):
-//   1x1 256 -> 64 @56 +bn+add+relu       1.02 / 1.32 / 1.14 ms
-//   1x1 64 -> 256 @56 +bn+add+relu       1.29 / 2.93 / 1.17 ms
-//   1x1 1024 -> 256 @14 +bn+relu         1.14 / 1.20 / 1.00 ms
-//   1x1 320 -> 1280 @7 +bn+relu6         603 / 837 / 458 us  (49 pixels: the GEMM's second
-//                                        32-column panel holds 17, so 77% of its lanes work)
-//   3x3 128 -> 128 @28 +bn+relu          2.17 / 2.23 / 2.01 ms
-//   3x3 256 -> 256 @14 +bn+relu          2.46 / 2.38 / 2.05 ms
-//   3x3 512 -> 512 @7 +bn+relu           3.26 / 3.63 / 4.12 ms  (weights packed every call)
-//   3x3/2 3 -> 32 @224 +bn+relu6         436 / 423 / 244 us
-//   7x7/2 3 -> 64 @224 +bn+relu          2.75 / 2.60 / 2.43 ms
-//   depthwise 3x3 144 @56 +bn+relu6      284 / 354 / 249 us; stride 2: 130 / 157 / 100 us
+//   1x1 256 -> 64 @56 +bn+add+relu       0.99 / 1.21 / 1.06 ms
+//   1x1 64 -> 256 @56 +bn+add+relu       1.25 / 1.70 / 1.28 ms
+//   1x1 1024 -> 256 @14 +bn+relu         1.16 / 1.20 / 1.01 ms
+//   1x1 320 -> 1280 @7 +bn+relu6         602 / 831 / 461 us  (49 pixels: the GEMM's second
+//                                        32-column panel holds 17, so 77% of its lanes work;
+//                                        this direct kernel instead measured 841 us)
+//   3x3 128 -> 128 @28 +bn+relu          2.26 / 2.20 / 2.03 ms
+//   3x3 256 -> 256 @14 +bn+relu          2.34 / 2.38 / 2.03 ms
+//   3x3 512 -> 512 @7 +bn+relu           3.69 / 3.73 / 3.64 ms  (weights packed every call)
+//   The 3-channel stems run the nchw_smallc kernels (fused/conv_dw.cpp) since e2ab59e:
+//   3x3/2 3 -> 32 @224 +bn+relu6 262 / 320 / 245 us, 7x7/2 3 -> 64 @224 +bn+relu 2.22 / 2.38 /
+//   2.17 ms (this kernel: 436 / 423 us and 2.75 / 2.60 ms in the snapshot of ba8b496).
 #include <algorithm>
 #include <array>
 #include <cassert>
