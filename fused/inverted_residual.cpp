@@ -149,21 +149,29 @@ void transpose_scaled(const float* src, i64 lds, i64 rows, i64 cols, const float
 // w_expand (Ce, Cin, 1, 1), w_dw (Ce, 1, 3, 3), w_project (Cout, Ce, 1, 1) (dense: 1-channel and
 // 1x1 dims make both layouts the same memory order) -> the packed, folded block. Each bias slot
 // holds its step's multipliers while the weights are transposed and scaled, then the biases.
+// The three steps are independent jobs over the team: expand and the small depthwise on one
+// thread, project on the other (per call, when the weights are not bound, this ran on one thread
+// while the other waited: the 160-channel block at 7x7 measured t2/t1 1.10).
 template <class Arch>
-void fold_pack(const IrGeometry& g, float eps, const Tensor* const* in, const Packed& L, float* out) {
-  std::memset(out, 0, static_cast<std::size_t>(L.total) * sizeof(float));
-  // One step: w (rows x cols) transposed into dst (row step ldd) with its batchnorm (inputs bn ..)
-  // folded in, the folded biases at bias.
+void fold_pack(const IrGeometry& g, float eps, const Tensor* const* in, const Packed& L, float* out, int threads) {
+  // One step: w (rows x cols) transposed into dst (row step ldd; the lanes past rows zero) with
+  // its batchnorm (inputs bn ..) folded in, the folded biases at bias (ldd floats).
   const auto step = [&](const float* w, i64 rows, i64 cols, std::size_t bn, float* dst, i64 ldd, float* bias) {
+    std::memset(dst, 0, static_cast<std::size_t>(cols * ldd) * sizeof(float));
+    std::memset(bias, 0, static_cast<std::size_t>(ldd) * sizeof(float));
     const Fold f = fold_of(in, bn, eps);
     float a = 0, b = 0;
     for (i64 r = 0; r < rows; ++r) f.at(r, bias[r], b);
     transpose_scaled<Arch>(w, cols, rows, cols, bias, dst, ldd);
     for (i64 r = 0; r < rows; ++r) f.at(r, a, bias[r]);
   };
-  if (g.expand) step(in[1]->data(), g.Ce, g.Cin, 2, out + L.we, L.Cep, out + L.b1);
-  step(in[g.dw]->data(), g.Ce, 9, g.dw + 1, out + L.wd, L.Cep, out + L.b2);
-  step(in[g.project]->data(), g.Cout, g.Ce, g.project + 1, out + L.wp, L.Cop, out + L.b3);
+  simd::parallel_for(3, threads, 1, [&](i64 b, i64 e) {
+    for (i64 job = b; job < e; ++job) {
+      if (job == 0 && g.expand) step(in[1]->data(), g.Ce, g.Cin, 2, out + L.we, L.Cep, out + L.b1);
+      if (job == 1) step(in[g.dw]->data(), g.Ce, 9, g.dw + 1, out + L.wd, L.Cep, out + L.b2);
+      if (job == 2) step(in[g.project]->data(), g.Cout, g.Ce, g.project + 1, out + L.wp, L.Cop, out + L.b3);
+    }
+  });
 }
 
 struct AlignedBuf {
@@ -434,7 +442,7 @@ Status InvertedResidual::prepare(Arch, const OpDesc& desc, const Context& ctx, c
   if (all_bound) {
     if (!st->weights.alloc(static_cast<std::size_t>(L.total)))
       return {StatusCode::out_of_memory, "inverted_residual: cannot allocate the packed weights"};
-    fold_pack<Arch>(g, desc.p<InvertedResidualParams>().epsilon, constants, L, st->weights.data);
+    fold_pack<Arch>(g, desc.p<InvertedResidualParams>().epsilon, constants, L, st->weights.data, ctx.threads);
     st->packed = true;
   }
   state = std::move(st);
@@ -447,7 +455,8 @@ void InvertedResidual::operator()(Arch, const KernelArgs& args) const {
   const IrGeometry& g = st.g;
   const float* wts = st.weights.data;
   if (!st.packed) {
-    fold_pack<Arch>(g, args.desc->p<InvertedResidualParams>().epsilon, args.in, st.L, args.workspace);
+    fold_pack<Arch>(g, args.desc->p<InvertedResidualParams>().epsilon, args.in, st.L, args.workspace,
+                    std::min(args.threads, st.threads));
     wts = args.workspace;
   }
   const Tensor& x = *args.in[0];
