@@ -29,11 +29,16 @@
 // 144 * 56 * 56 * 4 = 1.8 MB and d = 1.8 MB; the fused kernel's per-thread buffers are the ring,
 // 3 * 58 * 144 * 4 = 100 KB (L2), and the d and y tiles, 6 * (144 + 32) * 4 = 4.2 KB (L1). The
 // stride-2 block 16 -> 24 at 112x112 (Ce = 96): e = 4.8 MB and d = 1.2 MB against a 131 KB ring.
-// Measured (opfuse-bench, one run, medians of 3, 1 thread, AVX-512, 2-core VM at load ~11; wall
-// / CPU time):
-//   n1_c24_h56_w56_t6+res         simd 5.20 / 1.75 ms   fused 2.27 / 0.74 ms   2.29x / 2.35x
-//   n1_c16_h112_w112_t6_k24_s2    simd 6.39 / 2.52 ms   fused 1.98 / 0.77 ms   3.23x / 3.25x
-//   n1_c160_h7_w7_t6+res          simd 4.23 / 1.40 ms   fused 1.86 / 0.61 ms   2.28x / 2.29x
+// Measured (the reports/ snapshot of the code at e2ab59e: one opfuse-bench run, medians of 3, one
+// thread, AVX-512; simd / fused / oneDNN):
+//   n1_c24_h56_w56_t6+res         1.07 ms / 698 us / 712 us   (fused / simd 1.53x)
+//   n1_c16_h112_w112_t6_k24_s2    1.53 ms / 751 us / 779 us
+//   n1_c32_h28_w28_t6+res         426 us / 266 us / 272 us
+//   n1_c96_h14_w14_t6+res         793 us / 500 us / 474 us
+//   n1_c160_h7_w7_t6+res          814 us / 431 us / 386 us
+// At two threads the small blocks were held back by the per-call fold_pack on one thread
+// (c160 @7: 391 us in that snapshot, t2/t1 1.10); as jobs over the team (6d1b6fe) 313 us, and
+// c96 @14 352 -> 312 us (3 A/B pairs; oneDNN 275 / 286 us in the snapshot).
 // perf on the 56x56 block: projection 36% (its 24 output channels fill 2 AVX-512 vectors, 25% of
 // the lanes idle), expansion 34%, depthwise + the NCHW transpose of the y tile 29%.
 #include <algorithm>
