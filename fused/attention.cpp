@@ -378,7 +378,7 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
       // Online softmax per query lane.
       for (int u = 0; u < NQ; ++u) {
         const B m_old = B::load_aligned(mrow + u * W);
-        const B m_new = xsimd::select(tmax[u] > m_old, tmax[u], m_old);
+        const B m_new = simd::vmax<Arch>(tmax[u], m_old);
         // A lane with no finite score yet subtracts 0: exp(-inf - 0) = 0, never -inf + inf.
         // Every exp argument is <= 0 (or NaN): s <= m' and m <= m'.
         const B m_use = xsimd::select(m_new == B(-kInf), B(0.f), m_new);

@@ -48,16 +48,21 @@ struct DwPlaneEpi {
   }
 };
 
-// The common case, MobileNet's dw + BN + ReLU6: after folding, the chain is one activation,
-// applied with its kind fixed for the whole call (the general map above dispatches on every
-// step's kind per vector).
-// Both layouts' map forms: an NCHW row chunk's accumulators in place, one NHWC vector by value.
+// The common case, MobileNet's dw + BN + ReLU6 (and a stem's conv + BN + ReLU / ReLU6): after
+// folding, the chain is one activation, applied with its kind fixed for the whole call (the
+// general maps dispatch on every step's kind per vector or per tile column).
+// Every kernel's map form: an NCHW row chunk's accumulators in place, one NHWC vector by value,
+// and the small-C kernel's channels x vectors tile (below) in place.
 template <class Arch, ActKind K>
 struct DwActEpi {
   Activation act;
   template <class B, int NV>
   void operator()(B (&acc)[NV], i64, i64) const {
     for (int v = 0; v < NV; ++v) acc[v] = (*this)(acc[v], 0, 0, 0);
+  }
+  template <class B, int KC, int NV>
+  void operator()(B (&acc)[KC][NV], i64 pix, i64 valid) const {
+    for (int u = 0; u < KC; ++u) (*this)(acc[u], pix, valid);
   }
   fbatch<Arch> operator()(fbatch<Arch> acc, i64, i64, i64) const { return simd::activate_k<K, Arch>(act, acc); }
 };
@@ -213,18 +218,6 @@ struct SmallcEpi {
   }
 };
 
-// The common case, a stem's conv + BN + ReLU / ReLU6: after folding, one activation, its kind
-// fixed for the whole call (as DwActEpi), on the tile's registers.
-template <class Arch, ActKind K>
-struct SmallcActEpi {
-  Activation act;
-  template <class B, int KC, int NV>
-  void operator()(B (&acc)[KC][NV], i64, i64) const {
-    for (int u = 0; u < KC; ++u)
-      for (int v = 0; v < NV; ++v) acc[u][v] = simd::activate_k<K, Arch>(act, acc[u][v]);
-  }
-};
-
 struct SmallcState {
   simd::DwState dw;     // tap offsets and C phase-split planes per thread
   bool folded = false;  // wpk and bpk from bound weights, bias and batchnorms
@@ -232,15 +225,13 @@ struct SmallcState {
   std::vector<Floats> mults;
 };
 
-i64 smallc_kp(const ConvGeom& g) { return (g.K + simd::kSmallKC - 1) / simd::kSmallKC * simd::kSmallKC; }
-
 }  // namespace
 }  // namespace OPFUSE_SIMD_NS
 
 template <class Arch>
 std::size_t ConvSmallC::workspace(Arch, const OpDesc& desc) {
   const ConvGeom g = conv_geom(desc);
-  const i64 kp = smallc_kp(g);
+  const i64 kp = simd::smallc_kpad(g);
   return static_cast<std::size_t>(16 + 2 * gemm_round_up(g.K, 16) + gemm_round_up(kp * g.C * g.R * g.S, 16) +
                                   gemm_round_up(kp, 16) + epilogue_ws(desc.p<Conv2dParams>(), g.K));
 }
@@ -252,7 +243,7 @@ Status ConvSmallC::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
   const ConvGeom g = conv_geom(desc);
   simd::smallc_prepare<Arch>(g, ctx.threads, &st->dw);
   if (fold_bound(desc, constants)) {
-    const i64 kp = smallc_kp(g);
+    const i64 kp = simd::smallc_kpad(g);
     std::vector<float> sc(static_cast<std::size_t>(g.K)), bi(static_cast<std::size_t>(g.K));
     fold_scales(desc, g.K, constants, sc.data(), bi.data());
     st->wpk = alloc_floats(static_cast<std::size_t>(kp * g.C * g.R * g.S));
@@ -270,7 +261,7 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
   auto* st = static_cast<SmallcState*>(args.state);
   const ConvGeom g = conv_geom(d);
-  const i64 kp = smallc_kp(g);
+  const i64 kp = simd::smallc_kpad(g);
   Carver cv{simd::align64(args.workspace)};
   float* wss = cv.take(g.K);
   float* wsb = cv.take(g.K);
@@ -296,7 +287,7 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
   if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
     const Activation act = epi.steps[0].act;
     simd::with_act_kind(
-        act.kind, [&](auto kind) { run([act](i64, i64) { return SmallcActEpi<Arch, decltype(kind)::value>{act}; }); });
+        act.kind, [&](auto kind) { run([act](i64, i64) { return DwActEpi<Arch, decltype(kind)::value>{act}; }); });
   } else {
     run([&](i64 n, i64 k0) { return SmallcEpi<Arch>{epi.for_image(image_stride, n), k0, K}; });
   }

@@ -141,28 +141,19 @@ struct ChainEpilogue {
 
   // The chain on one vector in registers: x holds elements (i, j .. j + cnt - 1) of the output,
   // cnt <= the vector width (operand lanes past cnt are not read). For kernels whose finished
-  // values are vectors rather than a tile (the depthwise ones); apply_tile's steps, per vector.
+  // values are vectors rather than a tile (the depthwise ones); apply_rows on one vector.
   template <class Arch>
   fbatch<Arch> apply_vector(fbatch<Arch> x, std::int64_t i, std::int64_t j, std::int64_t cnt) const {
-    for (int s = 0; s < n; ++s) {
-      const EpiStep& st = steps[s];
-      if (st.kind == PostOp::Kind::batchnorm) {
-        x = xsimd::fma(x - operand<Arch>(st.p0, st.rs, st.cs, i, j, cnt), operand<Arch>(st.p1, st.rs, st.cs, i, j, cnt),
-                       operand<Arch>(st.p2, st.rs, st.cs, i, j, cnt));
-      } else if (st.kind == PostOp::Kind::binary) {
-        x = simd::binary_op<Arch>(st.binary, x, operand<Arch>(st.p0, st.rs, st.cs, i, j, cnt));
-      } else {
-        simd::with_act_kind(st.act.kind,
-                            [&](auto kind) { x = simd::activate_k<decltype(kind)::value, Arch>(st.act, x); });
-      }
-    }
-    return x;
+    fbatch<Arch> v[1] = {x};
+    apply_rows<Arch, 1>(v, i, j, cnt);
+    return v[0];
   }
 
-  // apply_vector on N vectors at once, vector r holding row i0 + r at columns j .. j + cnt - 1
-  // (a transposed block of a channels-as-rows view: the direct convolution's NCHW store): each
-  // step's kind is resolved once for the N vectors, not once per vector - per vector, that
-  // dispatch (an indirect jump per activation) was ~15% of the fused 3-channel stem.
+  // The chain on N vectors in registers, vector r holding row i0 + r at columns j .. j + cnt - 1
+  // (cnt <= the vector width; e.g. a transposed block of a channels-as-rows view: the direct
+  // convolution's NCHW store): each step's kind is resolved once for the N vectors, not once per
+  // vector - per vector, that dispatch (an indirect jump per activation) was ~15% of the fused
+  // 3-channel stem.
   template <class Arch, int N>
   void apply_rows(fbatch<Arch> (&x)[N], std::int64_t i0, std::int64_t j, std::int64_t cnt) const {
     for (int s = 0; s < n; ++s) {
