@@ -646,7 +646,7 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
 template <class Arch>
 std::size_t ConvSmallC::workspace(Arch, const OpDesc& desc) {
   const ConvGeom g = conv_geom(desc);
-  const i64 kp = (g.K + kSmallKC - 1) / kSmallKC * kSmallKC;
+  const i64 kp = smallc_kpad(g);
   Carver cv{nullptr};
   cv.take(kp * g.C * g.R * g.S);
   cv.take(kp);
@@ -667,7 +667,7 @@ template <class Arch>
 void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
   const ConvGeom g = conv_geom(d);
-  const i64 kp = (g.K + kSmallKC - 1) / kSmallKC * kSmallKC;
+  const i64 kp = smallc_kpad(g);
   Carver cv{args.workspace};
   float* wpk = cv.take(kp * g.C * g.R * g.S);
   float* bpk = cv.take(kp);

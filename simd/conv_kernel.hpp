@@ -277,9 +277,9 @@ DwPlane dw_plane(const ConvGeom& g) {
   return pl;
 }
 
-// Prepare: the taps' offsets in the phase-split plane and one plane per thread.
+// Prepare: the taps' offsets in the phase-split plane and `per_slot` planes per thread.
 template <class Arch>
-void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st) {
+void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st, i64 per_slot = 1) {
   const DwPlane pl = dw_plane<Arch>(g);
   // The phases, then 4 vectors of slack for the last row's over-reads, then the taps.
   st->plane_floats = round_up(g.sw * pl.Hp * pl.rows_stride + 4 * fbatch<Arch>::size, 16) + round_up(g.R * g.S, 16);
@@ -290,7 +290,7 @@ void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st) {
       st->tap_offset.push_back((off % g.sw) * pl.Hp * pl.rows_stride + r * g.dh * pl.rows_stride + off / g.sw);
     }
   st->slots = std::max(1, threads);
-  st->planes.resize(static_cast<std::size_t>(st->slots * st->plane_floats));
+  st->planes.resize(static_cast<std::size_t>(st->slots * per_slot * st->plane_floats));
 }
 
 // dst[0, n) = src[0, n), inline: n is a register here (as a lambda capture it was reloaded
@@ -471,19 +471,20 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
 inline constexpr i64 kSmallC = 4;
 inline constexpr int kSmallKC = 8;  // output channels per register tile (x NV <= 3 vectors)
 
+// Output channels rounded up to whole tiles: the packed weights' and biases' channel count.
+inline i64 smallc_kpad(const ConvGeom& g) { return round_up(g.K, kSmallKC); }
+
 // Prepare: the taps' offsets (dw_prepare_planes) and C zeroed planes per thread.
 template <class Arch>
 void smallc_prepare(const ConvGeom& g, int threads, DwState* st) {
-  dw_prepare_planes<Arch>(g, threads, st);
-  const std::size_t n = static_cast<std::size_t>(st->slots * g.C * st->plane_floats);
-  st->planes.resize(n);
-  std::memset(st->planes.data, 0, n * sizeof(float));
+  dw_prepare_planes<Arch>(g, threads, st, g.C);
+  std::memset(st->planes.data, 0, static_cast<std::size_t>(st->slots * g.C * st->plane_floats) * sizeof(float));
 }
 
 // Weights (K, C, R, S) times sc[k] (null: 1) into blocks of KC output channels, [block][c][r][s]
 // [KC] (the last block's missing channels 0); bias (null: 0) plus b into bias[K rounded up].
 inline void smallc_pack(const ConvGeom& g, const float* w, const float* sc, const float* bias, float* wpk, float* bpk) {
-  const i64 taps = g.R * g.S, nb = (g.K + kSmallKC - 1) / kSmallKC;
+  const i64 taps = g.R * g.S, nb = smallc_kpad(g) / kSmallKC;
   for (i64 b = 0; b < nb; ++b)
     for (i64 c = 0; c < g.C; ++c)
       for (i64 t = 0; t < taps; ++t)
@@ -545,7 +546,7 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
   constexpr i64 Wd = fbatch<Arch>::size;
   const DwPlane pl = dw_plane<Arch>(g);
   const i64 C = g.C, K = g.K, P = g.P, Q = g.Q, PQ = g.P * g.Q, HW = g.H * g.W, taps = g.R * g.S;
-  const i64 nb = (K + kSmallKC - 1) / kSmallKC, pf = st->plane_floats;
+  const i64 nb = smallc_kpad(g) / kSmallKC, pf = st->plane_floats;
   const i64* toff = st->tap_offset.data();
   const i64 crows = std::max<i64>(1, 16384 / (Q * K));
   const auto work = [&](i64 b, i64 e, float* planes) {
@@ -567,17 +568,16 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
           float* out = yn + k0 * PQ + p * Q;
           for (i64 q0 = 0; q0 < Q; q0 += 3 * Wd) {
             const i64 valid = std::min(3 * Wd, Q - q0), pix = p * Q + q0;
-            switch ((valid + Wd - 1) / Wd) {
-              case 1:
-                smallc_tile<Arch, 1>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid, epi, pix);
-                break;
-              case 2:
-                smallc_tile<Arch, 2>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid, epi, pix);
-                break;
-              default:
-                smallc_tile<Arch, 3>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid, epi, pix);
-                break;
-            }
+            const auto tile = [&](auto nv) {
+              smallc_tile<Arch, decltype(nv)::value>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid,
+                                                     epi, pix);
+            };
+            if (valid <= Wd)
+              tile(std::integral_constant<int, 1>{});
+            else if (valid <= 2 * Wd)
+              tile(std::integral_constant<int, 2>{});
+            else
+              tile(std::integral_constant<int, 3>{});
           }
         }
         if (p + 1 - pd == crows || p + 1 == p1) {
