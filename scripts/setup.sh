@@ -1,18 +1,51 @@
 #!/usr/bin/env bash
-# Installs what opfuse needs to build, test and benchmark, from Debian 12 packages only.
-# As root it runs apt-get; otherwise it prints the exact command to run and fails.
+# Installs what opfuse needs from Debian 12 packages only. As root it runs apt-get; otherwise it
+# prints the exact command to run and fails.
+#
+#   scripts/setup.sh             everything: the library, the CLI, the tests, the benchmark, the report
+#   scripts/setup.sh --minimal   only what the library alone needs (-DOPFUSE_BUILD_TOOLS=OFF
+#                                -DOPFUSE_BUILD_TESTS=OFF -DOPFUSE_BUILD_BENCH=OFF)
+#   scripts/setup.sh --list [--minimal]   print the package list, one a line, install nothing
+#
+# The lists below are the only place the project names its packages: scripts/fresh-check.sh
+# installs from them on a bare Debian 12 root, and scripts/check-setup-deps.sh (run by CI) fails
+# when the configure step uses a file from a package that is neither listed here nor pulled in
+# by a listed package's Depends. Debian's Recommends are not installed (--no-install-recommends),
+# so a package that a dependency only recommends must be listed by name.
 set -euo pipefail
 
-PACKAGES=(
-  g++ cmake ninja-build            # toolchain (CMake >= 3.25, C++20)
-  libdnnl-dev                      # oneDNN: peer kernels and the reference for the naive stage
-  libxsimd-dev                     # xsimd: the simd stage
-  libeigen3-dev                    # Eigen: peer kernels
-  libgtest-dev                     # GoogleTest
-  libbenchmark-dev                 # Google Benchmark: opfuse-bench
-  libcli11-dev nlohmann-json3-dev libfmt-dev   # CLI arguments, JSON, formatting
-  python3 python3-matplotlib       # report rendering and its charts
+MINIMAL=(
+  g++ cmake ninja-build            # toolchain (CMake >= 3.25, C++20); OpenMP is g++'s libgomp
+  libxsimd-dev                     # xsimd: the simd and fused stages
+  libfmt-dev                       # formatting of status messages
 )
+FULL=(
+  "${MINIMAL[@]}"
+  libdnnl-dev                      # oneDNN: peer kernels and the reference for the naive stage
+  ocl-icd-opencl-dev               # oneDNN's CMake package calls find_package(OpenCL); Debian
+                                   # only recommends it, and --no-install-recommends skips it
+  libeigen3-dev                    # Eigen: peer kernels
+  libgtest-dev libgmock-dev        # GoogleTest (GTest's CMake package also loads GMock's targets)
+  libbenchmark-dev                 # Google Benchmark: opfuse-bench
+  libcli11-dev nlohmann-json3-dev  # CLI arguments, JSON
+  python3 python3-matplotlib       # report rendering and its charts
+  qemu-user                        # the tests run on emulated CPUs without AVX-512 (Haswell, Nehalem)
+)
+
+minimal=0
+list=0
+for a in "$@"; do
+  case "$a" in
+    --minimal) minimal=1 ;;
+    --list) list=1 ;;
+    *) echo "setup: unknown argument $a (use --minimal, --list)" >&2; exit 2 ;;
+  esac
+done
+if [ "$minimal" -eq 1 ]; then PACKAGES=("${MINIMAL[@]}"); else PACKAGES=("${FULL[@]}"); fi
+if [ "$list" -eq 1 ]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -29,6 +62,6 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   echo "setup: missing packages: ${missing[*]}" >&2
   echo "setup: run this once, then retry:" >&2
-  echo "  sudo apt-get install -y ${missing[*]}" >&2
+  echo "  sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
   exit 1
 fi

@@ -495,7 +495,12 @@ inline void smallc_pack(const ConvGeom& g, const float* w, const float* sc, cons
             v = w[k * g.ws[0] + c * g.ws[1] + (t / g.S) * g.ws[2] + (t % g.S) * g.ws[3]] * (sc ? sc[k] : 1.f);
           wpk[((b * g.C + c) * taps + t) * kSmallKC + u] = v;
         }
-  for (i64 k = 0; k < nb * kSmallKC; ++k) bpk[k] = k < g.K && bias ? bias[k] : 0.f;
+  // Two loops, not `bpk[k] = k < K && bias ? bias[k] : 0`: GCC vectorizes that into masked
+  // loads from bias even when it is null - legal on hardware (masked-off lanes never fault) but
+  // a fault under QEMU 7.2's AVX2 emulation, which the tests run on (CMakeLists.txt).
+  for (i64 k = 0; k < nb * kSmallKC; ++k) bpk[k] = 0.f;
+  if (bias)
+    for (i64 k = 0; k < g.K; ++k) bpk[k] = bias[k];
 }
 
 // One tile: output channels k0 .. k0 + KC - 1 (rows of y at out[u * PQ]; only the first kv

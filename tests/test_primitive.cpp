@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -91,6 +92,17 @@ TEST(Isa, NamesRoundTripAndTheCpuLevelIsKnown) {
 #if defined(__x86_64__)
   EXPECT_GE(cpu_isa(), Isa::sse2);
 #endif
+}
+
+// The emulated-CPU runs (CMakeLists.txt: qemu-x86_64 -cpu Haswell / Nehalem) set
+// OPFUSE_EXPECT_CPU_ISA to the level that CPU has, so a run that silently went native (or an
+// emulator that exposes more than asked) fails here instead of proving nothing.
+TEST(Isa, CpuLevelIsTheOneThisRunExpects) {
+  const char* want = std::getenv("OPFUSE_EXPECT_CPU_ISA");
+  if (!want || !*want) GTEST_SKIP() << "OPFUSE_EXPECT_CPU_ISA not set: this CPU runs " << isa_name(cpu_isa());
+  const auto isa = isa_from_name(want);
+  ASSERT_TRUE(isa.has_value()) << "OPFUSE_EXPECT_CPU_ISA=" << want;
+  EXPECT_EQ(cpu_isa(), *isa) << "cpu_isa() is " << isa_name(cpu_isa()) << ", the run expects " << want;
 }
 
 TEST(Isa, ContextCapLimitsSelectionForEveryOp) {

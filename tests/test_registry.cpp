@@ -1,8 +1,9 @@
 // tests/test_registry.cpp - the kernel table: coverage, naming, selection and fallback.
 //
 // EveryOpHasANaiveKernel is the test that fails when an op is registered (OpKind, op_name)
-// without a naive kernel. Selection expectations are computed from the table itself, so
-// they stay right when simd/fused rows arrive; the "today" assertions say so by name.
+// without a naive kernel. Selection expectations are computed from the table itself and from
+// the ISA this CPU runs (effective_isa: an AVX2 machine selects the avx2 rows, which the table
+// lists after the avx512 ones), so they hold on every x86-64 CPU level and on any table.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -20,10 +21,12 @@ using testing::sample_desc;
 
 std::string op_str(OpKind op) { return std::string(op_name(op)); }
 
-// The first row of `op` and `impl` (best-first order) whose supports() accepts desc.
-const KernelDef* first_row(const OpDesc& desc, Impl impl) {
+// The first row of `op` and `impl` (best-first order) that this CPU (capped by OPFUSE_ISA and
+// ctx.max_isa) can run and whose supports() accepts desc.
+const KernelDef* first_row(const OpDesc& desc, Impl impl, const Context& ctx) {
   for (const KernelDef& k : kernels())
-    if (k.op == desc.op && k.impl == impl && (!k.supports || k.supports(desc))) return &k;
+    if (k.op == desc.op && k.impl == impl && kernel_isa(k) <= effective_isa(ctx) && (!k.supports || k.supports(desc)))
+      return &k;
   return nullptr;
 }
 
@@ -185,8 +188,9 @@ TEST_P(Selection, WithoutFallbackOnlyTheRequestedStage) {
   for (int s = 0; s < kStageCount; ++s) {
     const auto stage = static_cast<Stage>(s);
     SCOPED_TRACE(std::string(stage_name(stage)));
-    const KernelDef* k = select_kernel(d, Context{stage, 1, false});
-    EXPECT_EQ(k, first_row(d, impl_of(stage)));
+    const Context ctx{stage, 1, false};
+    const KernelDef* k = select_kernel(d, ctx);
+    EXPECT_EQ(k, first_row(d, impl_of(stage), ctx));
     if (k) {
       EXPECT_EQ(k->impl, impl_of(stage));
     }
@@ -197,7 +201,7 @@ TEST_P(Selection, SimdWithoutFallbackIsNullWhileThereIsNoSimdKernel) {
   const OpDesc d = sample_desc(GetParam());
   const KernelDef* k = select_kernel(d, Context{Stage::simd, 1, false});
   if (!has_rows(d.op, Impl::simd)) {
-    EXPECT_EQ(k, nullptr);  // today, for every op
+    EXPECT_EQ(k, nullptr);
     const auto prim = prepare(d, Context{Stage::simd, 1, false});
     EXPECT_EQ(prim.status().code(), StatusCode::unsupported) << prim.status().to_string();
   } else {
@@ -211,14 +215,15 @@ TEST_P(Selection, FallbackWalksDownToNaive) {
   for (int s = 0; s < kStageCount; ++s) {
     const auto stage = static_cast<Stage>(s);
     SCOPED_TRACE(std::string(stage_name(stage)));
+    const Context ctx{stage, 1, true};
     const KernelDef* expected = nullptr;
-    for (int t = s; t >= 0 && !expected; --t) expected = first_row(d, impl_of(static_cast<Stage>(t)));
-    const KernelDef* k = select_kernel(d, Context{stage, 1, true});
+    for (int t = s; t >= 0 && !expected; --t) expected = first_row(d, impl_of(static_cast<Stage>(t)), ctx);
+    const KernelDef* k = select_kernel(d, ctx);
     ASSERT_NE(k, nullptr) << "naive accepts everything, so fallback always finds a kernel";
     EXPECT_EQ(k, expected) << k->name;
     EXPECT_LE(static_cast<int>(k->impl), s);
   }
-  // Today: no simd or fused kernel for any op, so fused requests are served by naive.
+  // An op with no simd or fused row has its fused requests served by naive.
   if (!has_rows(d.op, Impl::simd) && !has_rows(d.op, Impl::fused)) {
     const KernelDef* k = select_kernel(d, Context{Stage::fused, 0, true});
     ASSERT_NE(k, nullptr);
@@ -234,7 +239,7 @@ TEST_P(Selection, PreparePicksTheSelectedKernel) {
   EXPECT_EQ(&prim->kernel(), select_kernel(d, ctx));
   EXPECT_EQ(prim->kernel().op, d.op);
   if (!has_rows(d.op, Impl::simd) && !has_rows(d.op, Impl::fused)) {
-    EXPECT_EQ(prim->kernel().impl, Impl::naive);  // today
+    EXPECT_EQ(prim->kernel().impl, Impl::naive);
   }
   EXPECT_EQ(prim->output_descs(), infer_outputs(d).value());
   EXPECT_EQ(prim->desc().op, d.op);
@@ -255,13 +260,18 @@ TEST_P(Selection, CudaWithoutFallbackIsUnsupported) {
 
 TEST_P(Selection, PrepareKernelOnEveryAcceptingKernel) {
   // Every kernel of the op - stages and peers - prepares the sample or declines it with
-  // unsupported; kernels of another op are refused as invalid_argument.
+  // unsupported; kernels of another op are refused as invalid_argument, and a stage kernel
+  // above the ISA this CPU runs as unsupported, naming the ISA it needs.
   const OpDesc d = sample_desc(GetParam());
+  const Context ctx{Stage::fused, 1, false};
   auto try_kernel = [&](const KernelDef& k) {
     SCOPED_TRACE(std::string(k.name));
-    auto prim = prepare_kernel(d, k, Context{Stage::fused, 1, false});
+    auto prim = prepare_kernel(d, k, ctx);
     if (k.op != d.op) {
       EXPECT_EQ(prim.status().code(), StatusCode::invalid_argument);
+    } else if (is_stage(k.impl) && kernel_isa(k) > effective_isa(ctx)) {
+      EXPECT_EQ(prim.status().code(), StatusCode::unsupported) << prim.status().to_string();
+      EXPECT_NE(prim.status().message().find(std::string(k.isa)), std::string::npos) << prim.status().message();
     } else if (!k.supports || k.supports(d)) {
       // An opfuse kernel that accepts a desc must prepare it; a peer's prepare may still
       // decline (its library can refuse at primitive creation) but only as unsupported.

@@ -202,9 +202,22 @@ std::vector<float> sample_inputs(VmathFn fn) {
 
 bool isa_available(const IsaEntry& e) { return cpu_isa() >= e.isa; }
 
-TEST(VmathAccuracy, SampledInputsWithinDocumentedBounds) {
-  for (const IsaEntry& isa : kIsas) {
-    if (!isa_available(isa)) continue;
+// The tests below run once per ISA (the index into kIsas is the parameter, the ISA's name the
+// test's suffix); an ISA this CPU lacks is a skip that says so, never a silent pass.
+class PerIsa : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  void SetUp() override {
+    if (!isa_available(entry()))
+      GTEST_SKIP() << entry().name << " code cannot run here: this CPU runs " << isa_name(cpu_isa());
+  }
+  static const IsaEntry& entry() { return kIsas[GetParam()]; }
+};
+
+std::string isa_param_name(const ::testing::TestParamInfo<std::size_t>& i) { return kIsas[i.param].name; }
+
+TEST_P(PerIsa, VmathSampledInputsWithinDocumentedBounds) {
+  const IsaEntry& isa = entry();
+  {
     for (const FnEntry& f : kBounded) {
       const ErrStats s = measure(isa.eval, f.fn, sample_inputs(f.fn));
       const double bound = simd::kVmathMaxUlp[static_cast<int>(f.fn)];
@@ -218,12 +231,11 @@ TEST(VmathAccuracy, SampledInputsWithinDocumentedBounds) {
 }
 
 // Exact special values, spelled out.
-TEST(VmathAccuracy, SpecialValues) {
+TEST_P(PerIsa, VmathSpecialValues) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> x = {inf, -inf, nan, 0.f, -0.f, 100.f, -200.f};
-  for (const IsaEntry& isa : kIsas) {
-    if (!isa_available(isa)) continue;
-    SCOPED_TRACE(isa.name);
+  const IsaEntry& isa = entry();
+  {
     auto run = [&](VmathFn fn) {
       std::vector<float> y(x.size());
       isa.eval(fn, x.data(), y.data(), static_cast<std::int64_t>(x.size()));
@@ -262,10 +274,10 @@ TEST(VmathAccuracy, SpecialValues) {
 // gelu and silu compose the functions above; they are held to the check's tolerance for the
 // gelu/silu ops (16 eps absolute + 16 eps relative, src/check/compare.cpp), here against the
 // exact (double) formula.
-TEST(VmathAccuracy, CompositionsWithinCheckTolerance) {
+TEST_P(PerIsa, VmathCompositionsWithinCheckTolerance) {
   const double tol = 16 * 0x1p-23;
-  for (const IsaEntry& isa : kIsas) {
-    if (!isa_available(isa)) continue;
+  const IsaEntry& isa = entry();
+  {
     for (VmathFn fn : {VmathFn::gelu_erf, VmathFn::gelu_tanh, VmathFn::silu}) {
       std::vector<float> x = sample_inputs(fn);
       x.erase(std::remove_if(x.begin(), x.end(), [](float v) { return !(std::fabs(v) <= 1e4f); }), x.end());
@@ -298,16 +310,14 @@ struct NonpositiveExp {
   std::uint32_t hi;  // the last input tested (the most negative)
 };
 
-void check_nonpositive_exp(const NonpositiveExp& f) {
-  const Isa isas[] = {Isa::avx512, Isa::avx2, Isa::sse2};
-  const char* names[] = {"avx512", "avx2", "sse2"};
+// k indexes kIsas (and f.eval); the caller has checked the CPU runs it.
+void check_nonpositive_exp(const NonpositiveExp& f, std::size_t k) {
   const char* on = std::getenv("OPFUSE_LONG_TESTS");
   const std::uint32_t step = on && std::string(on) == "1" ? 1 : 61;
   const std::uint32_t lo = 0x80000000u;  // -0
-  for (std::size_t k = 0; k < 3; ++k) {
-    if (cpu_isa() < isas[k]) continue;
+  {
     const Eval eval = f.eval[k];
-    const double tiny = isas[k] == Isa::avx512 ? 0x1p-148 : simd::kExpNonpositiveMaxTinyAbs;
+    const double tiny = kIsas[k].isa == Isa::avx512 ? 0x1p-148 : simd::kExpNonpositiveMaxTinyAbs;
     const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
     std::vector<ErrStats> part(nt);
     std::vector<std::thread> pool;
@@ -332,8 +342,8 @@ void check_nonpositive_exp(const NonpositiveExp& f) {
     const std::vector<float> sx = {-inf, std::numeric_limits<float>::quiet_NaN(), 0.f, -0.f, -1e30f};
     std::vector<float> sy(sx.size());
     eval(sx.data(), sy.data(), static_cast<std::int64_t>(sx.size()));
-    SCOPED_TRACE(std::string(f.name) + "/" + names[k] + ": " + describe(s));
-    if (std::getenv("OPFUSE_VMATH_VERBOSE")) std::printf("%s/%s: %s\n", f.name, names[k], describe(s).c_str());
+    SCOPED_TRACE(std::string(f.name) + "/" + kIsas[k].name + ": " + describe(s));
+    if (std::getenv("OPFUSE_VMATH_VERBOSE")) std::printf("%s/%s: %s\n", f.name, kIsas[k].name, describe(s).c_str());
     EXPECT_GT(s.count, 1000000u);
     EXPECT_LE(s.max_ulp, simd::kExpNonpositiveMaxUlp);
     EXPECT_LE(s.max_tiny_abs, tiny);
@@ -346,27 +356,29 @@ void check_nonpositive_exp(const NonpositiveExp& f) {
   }
 }
 
-TEST(VmathAccuracy, ExpNonpositive) {
+TEST_P(PerIsa, VmathExpNonpositive) {
   check_nonpositive_exp({"exp_nonpositive",
                          {simd::isa_avx512::exp_nonpositive_eval, simd::isa_avx2::exp_nonpositive_eval,
                           simd::isa_sse2::exp_nonpositive_eval},
                          [](double x) { return std::exp(x); },
-                         0xC2D00000u});  // -104
+                         0xC2D00000u},  // -104
+                        GetParam());
 }
 
-TEST(VmathAccuracy, Exp2Nonpositive) {
+TEST_P(PerIsa, VmathExp2Nonpositive) {
   check_nonpositive_exp({"exp2_nonpositive",
                          {simd::isa_avx512::exp2_nonpositive_eval, simd::isa_avx2::exp2_nonpositive_eval,
                           simd::isa_sse2::exp2_nonpositive_eval},
                          [](double x) { return std::exp2(x); },
-                         0xC3160000u});  // -150
+                         0xC3160000u},  // -150
+                        GetParam());
 }
 
 // ---- streaming stores ----------------------------------------------------------------------
 // Outputs of >= 4 Mi floats take the non-temporal store path of simd/eltwise.cpp (an aligned
 // body after a scalar head); the check's cases are too small to reach it, so it is tested
 // here: every simd row against naive, on views shifted off the 64-byte grid, with 2 threads.
-TEST(EltwiseStreaming, LargeOutputsMatchNaive) {
+TEST_P(PerIsa, EltwiseStreamingLargeOutputsMatchNaive) {
   const std::int64_t n = (std::int64_t{1} << 22) + 37;
   const Shape bn_shape{1, 3, 1183, 1183};  // 4.2 Mi floats, planes of 1183^2 (odd) elements
   std::vector<OpDesc> descs;
@@ -403,7 +415,7 @@ TEST(EltwiseStreaming, LargeOutputsMatchNaive) {
     for (const KernelDef& k : kernels())
       if (k.op == d.op && k.impl == Impl::naive) run_kernel(k, ref);
     for (const KernelDef& k : kernels()) {
-      if (k.op != d.op || k.impl != Impl::simd || kernel_isa(k) > cpu_isa()) continue;
+      if (k.op != d.op || k.impl != Impl::simd || kernel_isa(k) != entry().isa) continue;
       run_kernel(k, got);
       std::int64_t bad = 0;
       for (std::size_t i = 3; i < ref.size(); ++i)
@@ -420,7 +432,7 @@ TEST(EltwiseStreaming, LargeOutputsMatchNaive) {
 // softmax (plain, and scaled with a full mask) with a row of -inf (the scalar path) and a row
 // holding a NaN between pipelined rows; layernorm with and without a residual (fused runs
 // different row kernels for the two); every simd and fused row against naive, 2 threads.
-TEST(NormStreaming, LargeRowsMatchNaive) {
+TEST_P(PerIsa, NormStreamingLargeRowsMatchNaive) {
   const Shape shape{1025, 4096};
   const std::int64_t numel = shape.numel();
   std::vector<OpDesc> descs;
@@ -482,7 +494,7 @@ TEST(NormStreaming, LargeRowsMatchNaive) {
         if (k.op == d.op && k.impl == Impl::naive) ref = run_kernel(k, ref_store);
       ASSERT_NE(ref, nullptr);
       for (const KernelDef& k : kernels()) {
-        if (k.op != d.op || (k.impl != Impl::simd && k.impl != Impl::fused) || kernel_isa(k) > cpu_isa()) continue;
+        if (k.op != d.op || (k.impl != Impl::simd && k.impl != Impl::fused) || kernel_isa(k) != entry().isa) continue;
         const float* got = run_kernel(k, got_store);
         ASSERT_NE(got, nullptr);
         std::int64_t bad = 0, first = -1;
@@ -499,6 +511,8 @@ TEST(NormStreaming, LargeRowsMatchNaive) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isa, PerIsa, ::testing::Range<std::size_t>(0, std::size(kIsas)), isa_param_name);
 
 // ---- exhaustive ----------------------------------------------------------------------------
 

@@ -14,10 +14,11 @@
 // ThreadScope sets the count per call. Otherwise it runs on one thread, whatever
 // KernelArgs::threads says (supports() declines nothing because of threads).
 // ISA: Eigen picks its SIMD path at compile time from the __AVX512F__/__FMA__/... macros, and
-// the default x86-64 flags give SSE2 only, far below what Eigen does with AVX-512 + FMA. The
-// build compiles this file alone with AVX-512 flags (CMakeLists.txt);
-// `required_isa` records what it was compiled for and peers.cpp, compiled for the baseline,
-// checks the CPU has it before any Eigen row runs (like the simd stage's per-ISA files).
+// the default x86-64 flags give SSE2 only, far below what Eigen does with AVX-512 + FMA. So,
+// like the simd stage, this file is compiled once per ISA (avx512, avx2+fma, sse2;
+// CMakeLists.txt), each copy in its own namespace eigen::isa_<ISA> with only that ISA's flags,
+// and peers.cpp, compiled for the baseline, runs the best copy effective_isa() allows: every
+// x86-64 CPU has an Eigen peer, at the same ISA level as the opfuse kernels it is compared with.
 // GCC 12 reports its own _mm512_undefined_* intrinsics (avx512fintrin.h) as "used
 // uninitialized" wherever Eigen's AVX-512 path inlines them: false positives, silenced here.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -32,24 +33,15 @@
 
 #include "peers/peers.hpp"
 
-namespace opfuse::peers::eigen {
+#ifndef OPFUSE_EIGEN_ISA
+#error "src/peers/eigen.cpp is compiled once per ISA with OPFUSE_EIGEN_ISA set (CMakeLists.txt)"
+#endif
+#define OPFUSE_EIGEN_CAT2(a, b) a##b
+#define OPFUSE_EIGEN_CAT(a, b) OPFUSE_EIGEN_CAT2(a, b)
+// This copy's namespace: isa_avx512, isa_avx2 or isa_sse2.
+#define OPFUSE_EIGEN_NS OPFUSE_EIGEN_CAT(isa_, OPFUSE_EIGEN_ISA)
 
-// The instruction sets the Eigen code below is compiled for; peers.cpp checks the CPU.
-const unsigned required_isa = 0u
-#ifdef __AVX2__
-                              | kIsaAvx2
-#endif
-#ifdef __FMA__
-                              | kIsaFma
-#endif
-#ifdef __AVX512F__
-                              | kIsaAvx512f
-#endif
-#ifdef __AVX512DQ__
-                              | kIsaAvx512dq
-#endif
-    ;
-const int version[3] = {EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION};
+namespace opfuse::peers::eigen::OPFUSE_EIGEN_NS {
 
 namespace {
 
@@ -369,4 +361,7 @@ void conv2d(const KernelArgs& args) {
   }
 }
 
-}  // namespace opfuse::peers::eigen
+const Variant variant = {Isa::OPFUSE_EIGEN_ISA, supports_gemm,    gemm_workspace, gemm,
+                         supports_conv2d,       conv2d_workspace, conv2d};
+
+}  // namespace opfuse::peers::eigen::OPFUSE_EIGEN_NS

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include <Eigen/Core>
+
 #include "oneapi/dnnl/dnnl.hpp"
 #include "peers/peers.hpp"
 
@@ -16,22 +18,12 @@ using K = OpKind;
 constexpr Impl D = Impl::onednn;
 constexpr Impl E = Impl::eigen;
 
-// The Eigen rows run code compiled for eigen::required_isa: check the CPU first (this file is
-// compiled for the baseline ISA).
-bool eigen_cpu_ok() noexcept {
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    const unsigned need = eigen::required_isa;
-    if ((need & eigen::kIsaAvx2) && !__builtin_cpu_supports("avx2")) return false;
-    if ((need & eigen::kIsaFma) && !__builtin_cpu_supports("fma")) return false;
-    if ((need & eigen::kIsaAvx512f) && !__builtin_cpu_supports("avx512f")) return false;
-    if ((need & eigen::kIsaAvx512dq) && !__builtin_cpu_supports("avx512dq")) return false;
-    return true;
-  }();
-  return ok;
-}
-bool eigen_gemm_supports(const OpDesc& d) { return eigen_cpu_ok() && eigen::supports_gemm(d); }
-bool eigen_conv2d_supports(const OpDesc& d) { return eigen_cpu_ok() && eigen::supports_conv2d(d); }
+bool eigen_gemm_supports(const OpDesc& d) { return eigen::active().supports_gemm(d); }
+std::size_t eigen_gemm_workspace(const OpDesc& d) { return eigen::active().gemm_workspace(d); }
+void eigen_gemm(const KernelArgs& a) { eigen::active().gemm(a); }
+bool eigen_conv2d_supports(const OpDesc& d) { return eigen::active().supports_conv2d(d); }
+std::size_t eigen_conv2d_workspace(const OpDesc& d) { return eigen::active().conv2d_workspace(d); }
+void eigen_conv2d(const KernelArgs& a) { eigen::active().conv2d(a); }
 
 // Every oneDNN row uses the same three entry points (they dispatch on desc.op).
 #define OPFUSE_ONEDNN onednn::supports, nullptr, onednn::prepare, onednn::execute
@@ -63,8 +55,8 @@ const KernelDef kTable[] = {
   {K::attention,         D, "attention__onednn",         "onednn", "sequence of oneDNN primitives: batched matmul QK^T (output scale), binary_add masks, softmax, matmul with V", OPFUSE_ONEDNN},
   {K::inverted_residual, D, "inverted_residual__onednn", "onednn", "three oneDNN convolutions with BN folded to scale/shift post-ops, clip 0..6 post-ops, residual as binary-add post-op", OPFUSE_ONEDNN},
   {K::eltwise_chain,     D, "eltwise_chain__onednn",     "onednn", "leading unary steps as oneDNN eltwise primitives, then a binary primitive with every later step as its post-ops (one primitive per step if unsupported)", OPFUSE_ONEDNN},
-  {K::gemm,              E, "gemm__eigen",               "eigen",  "Eigen 3.4 GEMM on row-major Maps (transposes as views), alpha/beta/bias/post-ops as Eigen array expressions; OpenMP threads only if built with -fopenmp", eigen_gemm_supports, eigen::gemm_workspace, nullptr, eigen::gemm},
-  {K::conv2d,            E, "conv2d__eigen",             "eigen",  "im2col per image + Eigen 3.4 GEMM, NCHW, groups 1; bias and post-ops as Eigen array expressions; OpenMP threads only if built with -fopenmp", eigen_conv2d_supports, eigen::conv2d_workspace, nullptr, eigen::conv2d},
+  {K::gemm,              E, "gemm__eigen",               "eigen",  "Eigen 3.4 GEMM (compiled per ISA, the best the CPU runs) on row-major Maps (transposes as views), alpha/beta/bias/post-ops as Eigen array expressions; OpenMP threads only if built with -fopenmp", eigen_gemm_supports, eigen_gemm_workspace, nullptr, eigen_gemm},
+  {K::conv2d,            E, "conv2d__eigen",             "eigen",  "im2col per image + Eigen 3.4 GEMM (compiled per ISA), NCHW, groups 1; bias and post-ops as Eigen array expressions; OpenMP threads only if built with -fopenmp", eigen_conv2d_supports, eigen_conv2d_workspace, nullptr, eigen_conv2d},
 };
 // clang-format on
 #undef OPFUSE_ONEDNN
@@ -87,14 +79,28 @@ const KernelDef* onednn_reference(OpKind op) noexcept {
   return nullptr;
 }
 
+namespace eigen {
+// The process's ISA cap (OPFUSE_ISA) is read once, so every call picks the same variant and
+// a row's workspace size always matches the code that uses it.
+const Variant& active() noexcept {
+  static const Variant& v = []() -> const Variant& {
+    const Isa isa = effective_isa(Context{});
+    if (isa >= Isa::avx512) return isa_avx512::variant;
+    if (isa >= Isa::avx2) return isa_avx2::variant;
+    return isa_sse2::variant;
+  }();
+  return v;
+}
+}  // namespace eigen
+
 std::string versions() {
   const dnnl_version_t* v = dnnl_version();
   std::string s = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                   std::to_string(v->patch) + " (" + (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other") +
-                  " runtime), Eigen " + std::to_string(eigen::version[0]) + "." + std::to_string(eigen::version[1]) +
-                  "." + std::to_string(eigen::version[2]);
-  const unsigned isa = eigen::required_isa;
-  s += isa & eigen::kIsaAvx512f ? " (AVX-512" : isa & eigen::kIsaAvx2 ? " (AVX2" : " (SSE2";
+                  " runtime), Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
+                  std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);
+  const Isa isa = eigen::active().isa;
+  s += isa == Isa::avx512 ? " (AVX-512" : isa == Isa::avx2 ? " (AVX2" : " (SSE2";
 #ifdef _OPENMP
   s += ", OpenMP)";
 #else

@@ -65,17 +65,29 @@ void execute(const KernelArgs& args);
 }  // namespace onednn
 
 namespace eigen {
-// Instruction sets eigen.cpp was compiled for (bits below); the Eigen rows decline on a CPU
-// without them.
-inline constexpr unsigned kIsaAvx2 = 1u, kIsaFma = 2u, kIsaAvx512f = 4u, kIsaAvx512dq = 8u;
-extern const unsigned required_isa;
-extern const int version[3];  // Eigen's world, major, minor version
-bool supports_gemm(const OpDesc& desc);
-std::size_t gemm_workspace(const OpDesc& desc);
-void gemm(const KernelArgs& args);
-bool supports_conv2d(const OpDesc& desc);
-std::size_t conv2d_workspace(const OpDesc& desc);
-void conv2d(const KernelArgs& args);
+// eigen.cpp is compiled once per ISA; each copy exports its entry points as one Variant in its
+// own namespace (isa_avx512, isa_avx2, isa_sse2). The Eigen rows run the best variant that
+// effective_isa(Context{}) allows (the CPU, capped by OPFUSE_ISA).
+struct Variant {
+  Isa isa;
+  bool (*supports_gemm)(const OpDesc& desc);
+  std::size_t (*gemm_workspace)(const OpDesc& desc);
+  void (*gemm)(const KernelArgs& args);
+  bool (*supports_conv2d)(const OpDesc& desc);
+  std::size_t (*conv2d_workspace)(const OpDesc& desc);
+  void (*conv2d)(const KernelArgs& args);
+};
+namespace isa_avx512 {
+extern const Variant variant;
+}
+namespace isa_avx2 {
+extern const Variant variant;
+}
+namespace isa_sse2 {
+extern const Variant variant;
+}
+// The variant the Eigen rows run on this CPU.
+const Variant& active() noexcept;
 }  // namespace eigen
 
 }  // namespace opfuse::peers
