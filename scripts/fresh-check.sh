@@ -49,7 +49,8 @@ t0=$(date +%s)
 echo "fresh-check: mmdebstrap --variant=apt bookworm $root"
 rm -rf "$root" && mkdir -p "$root"
 mmdebstrap --quiet --variant=apt bookworm "$root"
-echo "fresh-check: Debian 12 root ready in $(( $(date +%s) - t0 )) s ($(chroot "$root" dpkg-query -W | wc -l) packages)"
+bare_pkgs=$(chroot "$root" dpkg-query -W | wc -l)
+echo "fresh-check: Debian 12 root ready in $(( $(date +%s) - t0 )) s ($bare_pkgs packages)"
 mkdir -p "$root/opfuse"
 git archive --format=tar HEAD | tar -x -C "$root/opfuse"
 echo "fresh-check: git archive of $(git rev-parse --short HEAD) in /opfuse"
@@ -95,6 +96,7 @@ fi
 step "tests: ./scripts/test.sh" "./scripts/test.sh"
 
 echo
+echo "fresh-check: packages in the root: $(chroot "$root" dpkg-query -W | wc -l) (bare: $bare_pkgs)"
 echo "fresh-check summary ($(git rev-parse --short HEAD), Debian 12 root, $(nproc) cores, $(( $(date +%s) - t0 )) s in all):"
 printf '  %s\n' "${results[@]}"
 if [ "$failed" -ne 0 ]; then

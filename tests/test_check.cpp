@@ -15,6 +15,7 @@
 
 #include "check/check.hpp"
 #include "opfuse/opfuse.hpp"
+#include "peers/peers.hpp"
 
 namespace opfuse::check {
 namespace {
@@ -486,6 +487,38 @@ TEST(BrokenKernels, CorrectCopyPassesAndDecliningKernelIsSkipped) {
   EXPECT_EQ(s.skipped, s.cases);
   EXPECT_EQ(s.skip_reasons.begin()->first, "kernel declines (supports() is false)");
 }
+
+// ---- the Eigen peer, once per ISA -----------------------------------------------------------
+// The Eigen rows run the best copy of src/peers/eigen.cpp the CPU allows; every copy it can run
+// is checked here against naive through the same engine (the rows' entry points swapped for the
+// copy's), so an AVX-512 machine also proves the AVX2 and SSE2 peers it would hand to other CPUs.
+struct EigenCopy {
+  const char* name;
+  const peers::eigen::Variant* v;
+};
+class EigenPerIsa : public ::testing::TestWithParam<EigenCopy> {};
+
+TEST_P(EigenPerIsa, GemmAndConvMatchNaive) {
+  const peers::eigen::Variant& v = *GetParam().v;
+  if (v.isa > cpu_isa())
+    GTEST_SKIP() << "Eigen " << GetParam().name << " cannot run here: this CPU runs " << isa_name(cpu_isa());
+  KernelDef gemm = *peers::find("gemm__eigen"), conv = *peers::find("conv2d__eigen");
+  gemm.supports = v.supports_gemm, gemm.workspace = v.gemm_workspace, gemm.execute = v.gemm;
+  conv.supports = v.supports_conv2d, conv.workspace = v.conv2d_workspace, conv.execute = v.conv2d;
+  const KernelDef* ks[] = {&gemm, &conv};
+  Options o;
+  o.seed = 3;
+  const Summary s = check_kernels(ks, o);
+  EXPECT_EQ(s.failed, 0) << failures_text(s);
+  ASSERT_EQ(s.kernels.size(), 2u);
+  for (const KernelSummary& k : s.kernels) EXPECT_GT(k.passed, 10) << k.kernel << " was barely compared";
+}
+
+INSTANTIATE_TEST_SUITE_P(Peers, EigenPerIsa,
+                         ::testing::Values(EigenCopy{"avx512", &peers::eigen::isa_avx512::variant},
+                                           EigenCopy{"avx2", &peers::eigen::isa_avx2::variant},
+                                           EigenCopy{"sse2", &peers::eigen::isa_sse2::variant}),
+                         [](const ::testing::TestParamInfo<EigenCopy>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace opfuse::check

@@ -26,6 +26,17 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+// One copy per ISA means three instantiations of every Eigen template (the GEMM kernels above
+// all), under the same names and compiled for different ISAs; the linker keeps one of each, so
+// the AVX2 rows would run the AVX-512 kernels (SIGILL on an AVX2 CPU). Renaming Eigen's namespace
+// per copy (Eigen -> Eigen_isa_avx2, ...) gives every copy templates of its own. The macro is
+// set before any Eigen header and applies to every use of `Eigen` in this file and in them.
+#ifndef OPFUSE_EIGEN_ISA
+#error "src/peers/eigen.cpp is compiled once per ISA with OPFUSE_EIGEN_ISA set (CMakeLists.txt)"
+#endif
+#define OPFUSE_EIGEN_CAT2(a, b) a##b
+#define OPFUSE_EIGEN_CAT(a, b) OPFUSE_EIGEN_CAT2(a, b)
+#define Eigen OPFUSE_EIGEN_CAT(Eigen_isa_, OPFUSE_EIGEN_ISA)
 #include <Eigen/Core>
 #include <cassert>
 #include <cmath>
@@ -33,11 +44,6 @@
 
 #include "peers/peers.hpp"
 
-#ifndef OPFUSE_EIGEN_ISA
-#error "src/peers/eigen.cpp is compiled once per ISA with OPFUSE_EIGEN_ISA set (CMakeLists.txt)"
-#endif
-#define OPFUSE_EIGEN_CAT2(a, b) a##b
-#define OPFUSE_EIGEN_CAT(a, b) OPFUSE_EIGEN_CAT2(a, b)
 // This copy's namespace: isa_avx512, isa_avx2 or isa_sse2.
 #define OPFUSE_EIGEN_NS OPFUSE_EIGEN_CAT(isa_, OPFUSE_EIGEN_ISA)
 
