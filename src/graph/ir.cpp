@@ -37,7 +37,8 @@ constexpr std::string_view kNodeOpNames[] = {
     "attention", "inverted_residual", "eltwise_chain",
     "reshape", "transpose", "concat", "flatten", "slice", "gather", "squeeze", "unsqueeze", "split", "identity",
     "constant", "constant_of_shape", "shape", "expand", "cast",
-    "matmul", "pow", "sqrt", "erf", "reduce_mean", "where", "equal",
+    "matmul", "pow", "sqrt", "erf", "reduce_mean", "where", "equal", "min", "max", "conv_nd", "pool_nd",
+    "layernorm_stats",
     "layout_convert"};
 // clang-format on
 static_assert(std::size(kNodeOpNames) == kNodeOpCount, "kNodeOpNames must name every NodeOp");
@@ -478,6 +479,21 @@ Result<int> Graph::replace_all_uses(int old_value, int new_value) {
       ++replaced;
     }
   return replaced;
+}
+
+Status Graph::set_output(int node, int slot, int value) {
+  if (!valid_node(node) || nodes_[static_cast<std::size_t>(node)].dead)
+    return bad(fmt::format("set_output: node id {} is not a live node", node));
+  Node& n = nodes_[static_cast<std::size_t>(node)];
+  if (slot < 0 || slot >= static_cast<int>(n.outputs.size()))
+    return bad(fmt::format("set_output: node \"{}\" has {} outputs, no output {}", n.name, n.outputs.size(), slot));
+  if (Status s = check_value_ref(fmt::format("set_output: node \"{}\" output {}", n.name, slot), value, false); !s)
+    return s;
+  Value& old = values_[static_cast<std::size_t>(n.outputs[static_cast<std::size_t>(slot)])];
+  if (old.producer == node) old.producer = -1;
+  n.outputs[static_cast<std::size_t>(slot)] = value;
+  values_[static_cast<std::size_t>(value)].producer = node;
+  return {};
 }
 
 Status Graph::remove_node(int node) {

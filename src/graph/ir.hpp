@@ -110,12 +110,12 @@ enum class NodeOp : std::uint8_t {
   reshape, transpose, concat, flatten, slice, gather, squeeze, unsqueeze, split, identity,
   constant, constant_of_shape, shape, expand, cast,
   // compute with no kernel of its own
-  matmul, pow, sqrt, erf, reduce_mean, where, equal,
+  matmul, pow, sqrt, erf, reduce_mean, where, equal, min, max, conv_nd, pool_nd, layernorm_stats,
   // inserted by the planner
   layout_convert,
 };
 // clang-format on
-inline constexpr int kNodeOpCount = 47;
+inline constexpr int kNodeOpCount = 52;
 static_assert(static_cast<int>(NodeOp::layout_convert) + 1 == kNodeOpCount, "kNodeOpCount must count every NodeOp");
 static_assert(static_cast<int>(NodeOp::eltwise_chain) + 1 == kOpCount, "NodeOp must list every OpKind first");
 
@@ -124,6 +124,53 @@ std::optional<NodeOp> node_op_from_name(std::string_view name) noexcept;
 // The registry op a NodeOp runs as (nullopt for the others) and back.
 std::optional<OpKind> registry_op(NodeOp op) noexcept;
 NodeOp node_op(OpKind op) noexcept;
+
+// ---- the op contract: what the importer emits and the runtime runs ----------------------------
+//
+// Registry ops carry OpParams and take exactly the OpDesc's inputs (ops.hpp), f32. Where a model
+// spells them with fewer dims the runtime views the tensors (memory is the same):
+//   conv2d, maxpool2d, avgpool2d  also 1-D: x (N,C,L), w (K,C/g,k), params' H side trivial
+//                                 (kernel_h 1, stride_h 1, no H padding); run as (N,C,1,L).
+//   any op                         a rank-0 value (an ONNX scalar) runs as shape (1).
+//   add sub mul div                also on i64 (shape arithmetic): run by the host ops.
+// Everything else carries attrs (keys below) and is run by the runtime's host ops. Shape-like
+// operands are i64 *inputs* in ONNX's opset-13+ order, whatever the model's opset: the importer
+// turns older opsets' attributes into i64 initializers. They must be constant by the time a plan
+// is compiled (folding makes them so); otherwise compile fails naming the node.
+//   reshape      data, shape(i64)                attrs: allowzero (i64, default 0)
+//   transpose    data                            attrs: perm (i64s; absent = reverse)
+//   concat       inputs...                       attrs: axis (i64)
+//   flatten      data                            attrs: axis (i64, default 1)
+//   slice        data, starts, ends, [axes], [steps]  (i64)
+//   gather       data, indices(i64)              attrs: axis (i64, default 0)
+//   squeeze      data, [axes(i64)]               (no axes: every dim of size 1)
+//   unsqueeze    data, axes(i64)
+//   split        data, [split(i64)]              attrs: axis (i64, default 0); outputs 1..n
+//   identity     data
+//   constant     -                               attrs: none; the importer makes constants
+//                                                values, so no constant node survives import
+//   constant_of_shape  shape(i64)                attrs: value_f32 (float) or value_i64 (i64)
+//   shape        data                            attrs: start, end (i64, optional) -> i64
+//   expand       data, shape(i64)
+//   cast         data                            attrs: to (string "f32" | "i64" | "boolean")
+//   matmul       a, b  (f32; NumPy matmul: 1-D operands promoted, batch dims broadcast)
+//   pow          base(f32), exponent(f32 or i64)
+//   sqrt erf     x(f32)
+//   reduce_mean  data, [axes(i64)]               attrs: keepdims (default 1),
+//                                                noop_with_empty_axes (default 0)
+//   where        cond(boolean), x, y             (NumPy broadcasting)
+//   equal        a, b -> boolean                 (NumPy broadcasting; f32 or i64)
+//   min max      a, b (f32; NumPy broadcasting)  (Clip with bounds given at run time)
+//   conv_nd      x, w, [b]                       attrs: strides, pads (begins then ends),
+//                                                dilations (i64s, one per spatial dim), group;
+//                                                any spatial rank (the importer uses it for 3-D)
+//   pool_nd      x -> y, [indices(i64)]          attrs: mode ("max" | "avg"), kernel_shape,
+//                                                strides, pads, dilations, ceil_mode,
+//                                                count_include_pad, storage_order; indices as
+//                                                ONNX MaxPool gives them (flat offsets into x)
+//   layernorm_stats  x -> mean, inv_std_dev      attrs: axis, epsilon (LayerNormalization's
+//                                                optional outputs; kept dims are 1)
+//   layout_convert  x                            attrs: to ("nchw" | "nhwc")
 
 // ---- nodes ---------------------------------------------------------------------------------
 
@@ -175,6 +222,10 @@ class Graph {
   Status set_outputs(std::vector<int> outputs);
   // Rewires one input of a live node (value -1 omits it).
   Status set_input(int node, int slot, int value);
+  // Makes `value` output `slot` of a live node (its producer becomes the node); the value it
+  // replaces loses its producer. Used to put a node in front of a value that keeps its name,
+  // such as a graph output that needs a layout conversion.
+  Status set_output(int node, int slot, int value);
   // Every live node input equal to old_value, and every graph output equal to it, becomes
   // new_value; returns how many were replaced. A graph output then carries new_value's name.
   Result<int> replace_all_uses(int old_value, int new_value);
