@@ -18,6 +18,9 @@ MINIMAL=(
   g++ cmake ninja-build            # toolchain (CMake >= 3.25, C++20); OpenMP is g++'s libgomp
   libxsimd-dev                     # xsimd: the simd and fused stages
   libfmt-dev                       # formatting of status messages
+  libonnx-dev libprotobuf-dev      # ONNX import: the generated protobuf classes, checker, shape
+  protobuf-compiler                # inference (ONNX's CMake package needs protobuf's, whose
+                                   # find module looks for protoc too)
 )
 FULL=(
   "${MINIMAL[@]}"
@@ -30,6 +33,7 @@ FULL=(
   libcli11-dev nlohmann-json3-dev  # CLI arguments, JSON
   python3 python3-matplotlib       # report rendering and its charts
   qemu-user                        # the tests run on emulated CPUs without AVX-512 (Haswell, Nehalem)
+  libonnx-testdata                 # ONNX's backend test models and data: the conformance tests
 )
 
 minimal=0

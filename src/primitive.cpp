@@ -51,6 +51,7 @@ struct Primitive::Impl {
   std::vector<TensorDesc> outputs;
   std::shared_ptr<void> state;
   std::unique_ptr<float, AlignedFree> workspace;
+  std::size_t workspace_floats = 0;
   int threads = 1;
   std::vector<Tensor> constants;             // bound at prepare; empty Tensor for runtime inputs
   mutable std::vector<const Tensor*> bound;  // execute's input pointers (sized at prepare)
@@ -60,6 +61,7 @@ struct Primitive::Impl {
 };
 
 const OpDesc& Primitive::desc() const noexcept { return impl_->desc; }
+std::size_t Primitive::workspace_size() const noexcept { return impl_ ? impl_->workspace_floats : 0; }
 const KernelDef& Primitive::kernel() const noexcept { return *impl_->kernel; }
 const std::vector<TensorDesc>& Primitive::output_descs() const noexcept { return impl_->outputs; }
 
@@ -123,7 +125,8 @@ Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, co
     impl->threads = resolve_threads(ctx.threads);
     if (kernel.workspace) {
       const std::size_t floats = kernel.workspace(desc);
-      if (floats > 0) {
+      impl->workspace_floats = floats;
+      if (floats > 0 && ctx.own_workspace) {
         if (floats > (SIZE_MAX - kAlignment) / sizeof(float))
           return op_error(StatusCode::out_of_memory, desc, fmt::format("workspace of {} floats is too large", floats));
         const std::size_t bytes = (floats * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
@@ -185,6 +188,11 @@ Result<Primitive> prepare(const OpDesc& desc, const Context& ctx, std::span<cons
 }
 
 Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Tensor* const> out) const noexcept {
+  return execute(in, out, nullptr);
+}
+
+Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Tensor* const> out,
+                          float* workspace) const noexcept {
   if (!impl_) return {StatusCode::invalid_argument, "execute on an empty Primitive (prepare failed or was not called)"};
   const Impl& im = *impl_;
   const OpDesc& d = im.desc;
@@ -245,7 +253,14 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
     args.desc = &d;
     args.in = im.bound.data();
     args.out = out.data();
-    args.workspace = im.workspace.get();
+    args.workspace = workspace ? workspace : im.workspace.get();
+    if (im.workspace_floats > 0 && !args.workspace)
+      return op_error(StatusCode::invalid_argument, d,
+                      fmt::format("kernel {} needs a workspace of {} floats: it was prepared without its own "
+                                  "(own_workspace = false), so execute must be given one",
+                                  im.kernel->name, im.workspace_floats));
+    if (workspace && reinterpret_cast<std::uintptr_t>(workspace) % kAlignment != 0)
+      return op_error(StatusCode::invalid_argument, d, "the workspace given to execute is not 64-byte aligned");
     args.state = im.state.get();
     args.threads = im.threads;
     im.kernel->execute(args);

@@ -38,6 +38,10 @@ struct Context {
   // Highest ISA level kernels may use; the effective level is the minimum of this, the CPU's
   // and OPFUSE_ISA's.
   Isa max_isa = Isa::avx512;
+  // false: prepare allocates no kernel workspace, and execute must be given one
+  // (Primitive::execute with a workspace), so that a caller running many primitives in turn
+  // can share one buffer among them.
+  bool own_workspace = true;
 };
 
 // min(cpu_isa(), env_isa_cap(), ctx.max_isa).

@@ -36,6 +36,13 @@ class Primitive {
     return execute(std::span<const Tensor* const>(inputs.begin(), inputs.size()),
                    std::span<const Tensor* const>(outputs.begin(), outputs.size()));
   }
+  // With caller scratch of at least workspace_size() floats, 64-byte aligned, in place of the
+  // Primitive's own (nullptr: its own). A runtime that executes primitives one after another
+  // prepares them with Context::own_workspace = false and lends all of them one buffer.
+  Status execute(std::span<const Tensor* const> inputs, std::span<const Tensor* const> outputs,
+                 float* workspace) const noexcept;
+  // Scratch floats the kernel needs at execute (0: none).
+  std::size_t workspace_size() const noexcept;
   const OpDesc& desc() const noexcept;
   const KernelDef& kernel() const noexcept;
   const std::vector<TensorDesc>& output_descs() const noexcept;

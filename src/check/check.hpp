@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "opfuse/context.hpp"
+#include "opfuse/model.hpp"
 #include "opfuse/ops.hpp"
 #include "opfuse/registry.hpp"
 #include "opfuse/status.hpp"
@@ -71,6 +72,22 @@ CompareResult compare(std::span<const float> out, std::span<const float> ref, co
 
 // The thresholds for one op and problem (see the table in compare.cpp).
 Tolerance tolerance(const OpDesc& desc);
+
+// ---- whole-model outputs ----------------------------------------------------------------------
+
+// A model output against a reference from outside (ONNX test data, another stage's output).
+// f32 goes through compare() with kModelTolerance: ONNX's backend-test rtol, and an atol for
+// outputs whose terms cancel to near zero (errors then scale with the terms, not the result).
+// An all-zero reference is legitimate here and must be matched; i64 and boolean match exactly.
+inline constexpr Tolerance kModelTolerance{1e-5, 1e-3};
+struct OutputCheck {
+  std::string name;
+  bool ok = false;
+  std::string reason;   // empty when ok
+  double max_abs = 0;   // max |out - ref| over finite differences
+  double max_norm = 0;  // max |out - ref| / (atol + rtol |ref|); <= 1 passes
+};
+OutputCheck compare_output(const TensorData& out, const TensorData& ref, const Tolerance& tol = kModelTolerance);
 
 // ---- cases ----------------------------------------------------------------------------------
 

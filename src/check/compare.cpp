@@ -17,6 +17,9 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "check/check.hpp"
 
 namespace opfuse::check {
@@ -237,6 +240,46 @@ Tolerance tolerance(const OpDesc& d) {
     }
   }
   return {16 * kEps, 16 * kEps};
+}
+
+}  // namespace opfuse::check
+
+namespace opfuse::check {
+
+OutputCheck compare_output(const TensorData& out, const TensorData& ref, const Tolerance& tol) {
+  OutputCheck c;
+  c.name = out.name;
+  if (out.type != ref.type || out.dims != ref.dims) {
+    c.reason = fmt::format("is {} [{}], the reference {} [{}]", element_type_name(out.type), fmt::join(out.dims, "x"),
+                           element_type_name(ref.type), fmt::join(ref.dims, "x"));
+    return c;
+  }
+  if (out.type != ElementType::f32) {
+    c.ok = out.type == ElementType::i64 ? out.i64 == ref.i64 : out.boolean == ref.boolean;
+    if (!c.ok) c.reason = "values differ";
+    return c;
+  }
+  if (out.f32.size() != ref.f32.size()) {
+    c.reason = fmt::format("has {} values, the reference {}", out.f32.size(), ref.f32.size());
+    return c;
+  }
+  if (out.f32.empty()) {
+    c.ok = true;
+    return c;
+  }
+  const CompareResult r = compare(out.f32, ref.f32, tol);
+  for (std::size_t i = 0; i < out.f32.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(out.f32[i]) - ref.f32[i]);
+    if (std::isfinite(e)) c.max_abs = std::max(c.max_abs, e);
+    if (std::isfinite(e)) c.max_norm = std::max(c.max_norm, e / (tol.atol + tol.rtol * std::fabs(ref.f32[i])));
+  }
+  c.ok = r.ok || (r.mismatches == 0 && r.reason == "degenerate: reference is all zero");
+  if (!c.ok) {
+    c.reason = r.reason;
+    if (r.worst.index >= 0)
+      c.reason += fmt::format(" (worst at {}: {} vs {})", r.worst.index, r.worst.out, r.worst.ref);
+  }
+  return c;
 }
 
 }  // namespace opfuse::check

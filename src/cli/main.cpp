@@ -4,9 +4,12 @@
 //   opfuse check [--stage S] [--op NAME] [--kernel NAME] [--seed N] [--case SUBSTR]
 //                [--threads N] [--list] [--verbose] [--json]
 //   opfuse explain OP [CASE] [--json]   the stages, kernels and modeled memory traffic of a case
+//   opfuse run MODEL [...]              a whole model (run_model.cpp)
+//   opfuse export NAME FILE             a built-in model as an ONNX file
 //   opfuse --version | --help
 //
-// Exit codes: 0 success, 1 a check failed, 2 bad usage (unknown op, stage or option).
+// Exit codes: 0 success, 1 a check failed, 2 bad usage (unknown op, stage or option); `run`
+// adds 3 for an unsupported op or attribute (run_model.hpp).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -23,6 +26,7 @@
 #include "opfuse/explain.hpp"
 #include "opfuse/opfuse.hpp"
 #include "peers/peers.hpp"
+#include "run_model.hpp"
 
 #ifndef OPFUSE_VERSION
 #define OPFUSE_VERSION "0.1.0"
@@ -270,6 +274,31 @@ int run(int argc, char** argv) {
   explain->add_option("case", explain_case, "Case name or substring (default: the op's first benchmark case)");
   explain->add_flag("--json", explain_json, "Print the model as JSON");
 
+  opfuse::cli::RunArgs ra;
+  CLI::App* runc = app.add_subcommand("run",
+                                      "Run a whole model (an .onnx file or a built-in: resnet50, mobilenet_v2, "
+                                      "bert_layer): latency, peak memory, --check against test data");
+  runc->add_option("model", ra.model, "Model file or built-in name")->required();
+  runc->add_option("--stage", ra.stage, fmt::format("Highest stage: {} (default fused)", stage_list()));
+  runc->add_option("--threads", ra.threads, "Kernel threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  runc->add_option("--inputs", ra.inputs_dir, "Directory with input_<i>.pb (ONNX test-data layout)")->type_name("DIR");
+  runc->add_option("--outputs", ra.outputs_dir, "Write output_<i>.pb here")->type_name("DIR");
+  runc->add_flag("--check", ra.check, "Compare with the output_<i>.pb of --inputs (exit 1 on a mismatch)");
+  runc->add_option("--warmup", ra.warmup, "Untimed runs first (default 3)")->check(CLI::NonNegativeNumber);
+  runc->add_option("--repeat", ra.repeat, "Timed runs; median and min reported (default 10)")
+      ->check(CLI::PositiveNumber);
+  runc->add_option("--dim", ra.dims, "Bind a symbolic dim for generated inputs, e.g. seq=384 (repeatable)")
+      ->type_name("SYM=N");
+  runc->add_option("--memory-budget", ra.memory_budget, "Bytes of weights + activations allowed (default 16 GiB)")
+      ->type_name("BYTES");
+  runc->add_flag("--dump-graph", ra.dump_graph, "Print the planned graph: one line per node, layouts, kernels");
+  runc->add_flag("--profile", ra.profile, "Also time every node on its own and compare the sum with the plan");
+  runc->add_flag("--json", ra.json, "Print latency_ms, latency_min_ms, peak_bytes, nodes, stage, ... as JSON");
+  std::string export_name, export_file;
+  CLI::App* exportc = app.add_subcommand("export", "Write a built-in model as an ONNX file");
+  exportc->add_option("name", export_name, "resnet50, mobilenet_v2 or bert_layer")->required();
+  exportc->add_option("file", export_file, "Output .onnx path")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -285,6 +314,8 @@ int run(int argc, char** argv) {
   if (ops->parsed()) return cmd_ops(ops_json);
   if (check->parsed()) return cmd_check(ca);
   if (explain->parsed()) return cmd_explain(explain_op, explain_case, explain_json);
+  if (runc->parsed()) return opfuse::cli::cmd_run(ra);
+  if (exportc->parsed()) return opfuse::cli::cmd_export(export_name, export_file);
   return usage_error("no command given (try --help)");
 }
 

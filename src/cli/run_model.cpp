@@ -1,0 +1,302 @@
+// src/cli/run_model.cpp - `opfuse run` and `opfuse export`: whole models from the command line.
+//
+//   opfuse run MODEL [--stage S] [--threads N] [--inputs DIR] [--outputs DIR] [--check]
+//                    [--warmup W] [--repeat R] [--dim SYM=N]... [--memory-budget BYTES]
+//                    [--dump-graph] [--profile] [--json]
+//   opfuse export NAME FILE            writes a built-in model as an ONNX file
+//
+// MODEL is an .onnx file or a built-in name (resnet50, mobilenet_v2, bert_layer). DIR follows
+// ONNX's test-data layout: input_0.pb ... and output_0.pb ..., one serialized TensorProto each.
+// Without --inputs the inputs are deterministic random of the declared dims (symbolic dims from
+// --dim, else the model's "opfuse.default_dims" metadata, else 1). --check compares the outputs
+// with DIR's output_<i>.pb using opfuse check's comparator.
+//
+// This file is a thin user of opfuse/model.hpp: everything it does, a program linking the
+// library can do.
+#include "run_model.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "check/check.hpp"
+#include "opfuse/model.hpp"
+
+namespace opfuse::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+int exit_code(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::ok: return kRunOk;
+    case StatusCode::unsupported: return kRunUnsupported;
+    case StatusCode::invalid_argument:
+    case StatusCode::out_of_memory: return kRunInvalid;
+    case StatusCode::internal: return kRunInternal;
+  }
+  return kRunInternal;
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "opfuse run: %s\n", s.to_string().c_str());
+  return exit_code(s);
+}
+
+bool on_terminal() { return isatty(STDERR_FILENO) != 0; }
+
+// The process's peak resident memory, as the kernel counts it: what the plan's own figure
+// (weights + arena + workspace) leaves out - the kernels' packed weight copies, the loader's
+// protobuf - shows here.
+std::uint64_t max_rss_bytes() {
+  struct rusage ru {};
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? static_cast<std::uint64_t>(ru.ru_maxrss) * 1024 : 0;
+}
+
+// "batch=1,seq=128" -> {batch: 1, seq: 128}; malformed entries are reported.
+Status parse_dims(const std::string& spec, std::map<std::string, std::int64_t>& out) {
+  std::size_t pos = 0;
+  while (pos < spec.size()) {
+    const std::size_t comma = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return {StatusCode::invalid_argument, fmt::format("--dim '{}' must look like NAME=VALUE", item)};
+    try {
+      std::size_t used = 0;
+      const long long v = std::stoll(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1 || v < 1) throw std::invalid_argument("bad");
+      out[item.substr(0, eq)] = v;
+    } catch (...) {
+      return {StatusCode::invalid_argument, fmt::format("--dim '{}': the value must be a positive integer", item)};
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::vector<TensorData>> make_inputs(const Model& model, const RunArgs& a) {
+  std::map<std::string, std::int64_t> dims;
+  if (auto it = model.metadata().find("opfuse.default_dims"); it != model.metadata().end())
+    if (Status s = parse_dims(it->second, dims); !s) return s;
+  for (const std::string& d : a.dims)
+    if (Status s = parse_dims(d, dims); !s) return s;
+  std::vector<TensorData> in;
+  if (!a.inputs_dir.empty()) {
+    for (std::size_t i = 0; i < model.inputs().size(); ++i) {
+      const fs::path p = fs::path(a.inputs_dir) / fmt::format("input_{}.pb", i);
+      if (!fs::exists(p))
+        return Status(StatusCode::invalid_argument,
+                      fmt::format("{} is missing (the model has {} inputs)", p.string(), model.inputs().size()));
+      auto t = read_tensor_file(p.string());
+      if (!t) return t.status();
+      // Test data may name its tensors; bind by position when the name is not an input.
+      bool known = false;
+      for (const auto& v : model.inputs()) known = known || v.name == t->name;
+      if (!known) t->name.clear();
+      in.push_back(std::move(*t));
+    }
+    return in;
+  }
+  for (const ValueInfo& v : model.inputs()) {
+    TensorData t;
+    t.name = v.name;
+    t.type = v.type;
+    for (const DimInfo& d : v.dims) {
+      std::int64_t x = d.value;
+      if (x < 0) x = dims.count(d.symbol) ? dims[d.symbol] : 1;
+      t.dims.push_back(x);
+    }
+    std::uint64_t n = 1;
+    for (std::int64_t x : t.dims)
+      if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(x), &n) || n > (a.memory_budget / 4))
+        return Status(StatusCode::out_of_memory,
+                      fmt::format("input '{}' of dims {} exceeds the memory budget", v.name, fmt::join(t.dims, "x")));
+    // Deterministic per input name: uniform in [-1, 1] for f32, zeros for indices and masks.
+    std::mt19937_64 rng(std::hash<std::string>{}(v.name) ^ 0x6f7066757365ull);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    if (t.type == ElementType::f32) {
+      t.f32.resize(n);
+      for (float& x : t.f32) x = u(rng);
+    } else if (t.type == ElementType::i64) {
+      t.i64.assign(n, 0);
+    } else {
+      t.boolean.assign(n, 0);
+    }
+    in.push_back(std::move(t));
+  }
+  return in;
+}
+
+}  // namespace
+
+int cmd_export(const std::string& name, const std::string& file) {
+  auto bytes = Model::builtin_bytes(name);
+  if (!bytes) return fail(bytes.status());
+  FILE* f = std::fopen(file.c_str(), "wb");
+  if (!f) return fail({StatusCode::invalid_argument, fmt::format("cannot write '{}'", file)});
+  const bool ok = std::fwrite(bytes->data(), 1, bytes->size(), f) == bytes->size();
+  if (std::fclose(f) != 0 || !ok) return fail({StatusCode::invalid_argument, fmt::format("cannot write '{}'", file)});
+  std::printf("wrote %s (%zu bytes)\n", file.c_str(), bytes->size());
+  return kRunOk;
+}
+
+int cmd_run(const RunArgs& a) {
+  auto stage = stage_from_name(a.stage);
+  if (!stage) return fail({StatusCode::invalid_argument, fmt::format("unknown stage '{}'", a.stage)});
+  if (a.repeat < 1 || a.warmup < 0)
+    return fail({StatusCode::invalid_argument, "--repeat must be >= 1 and --warmup >= 0"});
+  const bool tty = on_terminal() && !a.json;
+  Result<Model> model = Status(StatusCode::internal, "not loaded");
+  if (fs::exists(a.model)) {
+    model = Model::load_file(a.model);
+  } else {
+    const auto names = Model::builtin_names();
+    if (std::find(names.begin(), names.end(), a.model) == names.end())
+      return fail({StatusCode::invalid_argument,
+                   fmt::format("'{}' is neither a file nor a built-in model ({})", a.model, fmt::join(names, ", "))});
+    model = Model::load_builtin(a.model);
+  }
+  if (!model) return fail(model.status());
+  if (tty) std::fprintf(stderr, "compiling %s for the %s stage...\r", a.model.c_str(), a.stage.c_str());
+  CompileOptions co;
+  co.stage = *stage;
+  co.threads = a.threads;
+  co.memory_budget = a.memory_budget;
+  auto plan = Plan::compile(*model, co);
+  if (!plan) return fail(plan.status());
+  auto inputs = make_inputs(*model, a);
+  if (!inputs) return fail(inputs.status());
+  std::vector<TensorRef> refs;
+  for (const TensorData& t : *inputs) refs.push_back(t.ref());
+  auto first = plan->run(refs);  // specializes (when the dims are symbolic) and gives the outputs
+  if (!first) return fail(first.status());
+  if (tty) std::fprintf(stderr, "%60s\r", "");
+  if (a.dump_graph) std::fputs(plan->dump_graph().c_str(), stdout);
+  std::vector<MutableTensorRef> outs;
+  for (TensorData& t : *first) outs.push_back(MutableTensorRef{t.name, t.type, t.dims, const_cast<void*>(t.data())});
+  for (int i = 0; i < a.warmup; ++i)
+    if (Status s = plan->run(refs, outs); !s) return fail(s);
+  std::vector<double> ms;
+  for (int i = 0; i < a.repeat; ++i) {
+    if (tty && a.repeat > 1) std::fprintf(stderr, "run %d/%d\r", i + 1, a.repeat);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status s = plan->run(refs, outs); !s) return fail(s);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (tty) std::fprintf(stderr, "%30s\r", "");
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2], best = ms.front();
+
+  std::vector<check::OutputCheck> checks;
+  bool check_ok = true;
+  if (a.check) {
+    if (a.inputs_dir.empty())
+      return fail({StatusCode::invalid_argument, "--check needs --inputs DIR with output_*.pb"});
+    for (std::size_t i = 0; i < first->size(); ++i) {
+      const fs::path p = fs::path(a.inputs_dir) / fmt::format("output_{}.pb", i);
+      if (!fs::exists(p)) return fail({StatusCode::invalid_argument, fmt::format("{} is missing", p.string())});
+      auto ref = read_tensor_file(p.string());
+      if (!ref) return fail(ref.status());
+      check::OutputCheck c = check::compare_output((*first)[i], *ref);
+      c.name = (*first)[i].name;
+      check_ok = check_ok && c.ok;
+      checks.push_back(std::move(c));
+    }
+  }
+  if (!a.outputs_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(a.outputs_dir, ec);
+    for (std::size_t i = 0; i < first->size(); ++i)
+      if (Status s =
+              write_tensor_file((fs::path(a.outputs_dir) / fmt::format("output_{}.pb", i)).string(), (*first)[i]);
+          !s)
+        return fail(s);
+  }
+  std::vector<NodeTime> profile;
+  double profile_sum = 0, in_plan_sum = 0, cold_sum = 0;
+  if (a.profile) {
+    auto p = plan->profile(std::max(a.repeat, 5));
+    if (!p) return fail(p.status());
+    profile = std::move(*p);
+    for (const NodeTime& t : profile) {
+      profile_sum += t.median_ms;
+      in_plan_sum += t.in_plan_median_ms;
+      cold_sum += t.cold_median_ms;
+    }
+  }
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["stage"] = a.stage;
+    j["threads"] = a.threads;
+    j["latency_ms"] = median;
+    j["latency_min_ms"] = best;
+    j["repeat"] = a.repeat;
+    j["peak_bytes"] = plan->peak_bytes();
+    j["weight_bytes"] = plan->weight_bytes();
+    j["arena_bytes"] = plan->arena_bytes();
+    j["max_rss_bytes"] = max_rss_bytes();
+    j["nodes"] = plan->node_count();
+    if (a.check) {
+      j["check"] = check_ok;
+      for (const check::OutputCheck& c : checks)
+        j["outputs"].push_back({{"name", c.name},
+                                {"ok", c.ok},
+                                {"reason", c.reason},
+                                {"max_abs_error", c.max_abs},
+                                {"max_normalized_error", c.max_norm}});
+    }
+    if (a.profile) {
+      j["profile_sum_ms"] = profile_sum;
+      j["profile_in_plan_sum_ms"] = in_plan_sum;
+      j["profile_cold_sum_ms"] = cold_sum;
+      for (const NodeTime& t : profile)
+        j["profile"].push_back({{"node", t.node},
+                                {"op", t.op},
+                                {"kernel", t.kernel},
+                                {"median_ms", t.median_ms},
+                                {"in_plan_median_ms", t.in_plan_median_ms},
+                                {"cold_median_ms", t.cold_median_ms}});
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    const std::string threads =
+        a.threads > 0 ? std::to_string(a.threads) : fmt::format("all ({})", std::thread::hardware_concurrency());
+    std::printf("%s  stage %s  threads %s: latency %.3f ms median, %.3f ms min over %d runs\n", a.model.c_str(),
+                a.stage.c_str(), threads.c_str(), median, best, a.repeat);
+    std::printf(
+        "  nodes %d, peak memory %.2f MB (weights %.2f MB, arena %.2f MB, workspace %.2f MB); process max RSS %.2f "
+        "MB\n",
+        plan->node_count(), plan->peak_bytes() / 1e6, plan->weight_bytes() / 1e6, plan->arena_bytes() / 1e6,
+        (plan->peak_bytes() - plan->weight_bytes() - plan->arena_bytes()) / 1e6, max_rss_bytes() / 1e6);
+    for (const check::OutputCheck& c : checks)
+      std::printf("  check %-24s %s  max abs error %.3g, max normalized error %.3g%s%s\n", c.name.c_str(),
+                  c.ok ? "ok" : "MISMATCH", c.max_abs, c.max_norm, c.reason.empty() ? "" : ": ", c.reason.c_str());
+    if (a.profile) {
+      std::printf("  %-40s %-16s %-36s %10s %10s %10s\n", "node", "op", "kernel", "alone ms", "cold ms", "in plan ms");
+      for (const NodeTime& t : profile)
+        std::printf("  %-40s %-16s %-36s %10.4f %10.4f %10.4f\n", t.node.c_str(), t.op.c_str(), t.kernel.c_str(),
+                    t.median_ms, t.cold_median_ms, t.in_plan_median_ms);
+      std::printf(
+          "  sum of the nodes run on their own: %.3f ms (caches flushed: %.3f ms); timed in the plan: "
+          "%.3f ms; the plan: %.3f ms (%+.1f%% over the nodes alone)\n",
+          profile_sum, cold_sum, in_plan_sum, median, 100.0 * (median - profile_sum) / profile_sum);
+    }
+  }
+  return check_ok ? kRunOk : kRunMismatch;
+}
+
+}  // namespace opfuse::cli

@@ -1,0 +1,603 @@
+// src/runtime/model.cpp - the public Model and Plan (opfuse/model.hpp).
+//
+// Model owns the imported graph after load-time folding (weights and whatever shape arithmetic
+// the declared dims already allow). Plan owns a small cache of specializations keyed by the
+// input dims: a run whose dims match the last one goes straight to its steps; a new set of dims
+// copies the graph, makes the input dims static, folds the rest of the shape arithmetic, plans
+// layouts and memory and prepares the kernels (executor.cpp). An i64 input whose values decide
+// a shape (the 'shape' of a Reshape fed by a graph input, as in ONNX's own reshape tests) is
+// part of the key by value, since the plan's dims depend on it.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "executor.hpp"
+#include "opfuse/model.hpp"
+#include "runtime.hpp"
+#include "src/onnx/builtin.hpp"
+#include "src/onnx/import.hpp"
+
+namespace opfuse {
+
+using graph::DType;
+using runtime::Specialization;
+
+std::string_view element_type_name(ElementType t) noexcept {
+  switch (t) {
+    case ElementType::f32: return "f32";
+    case ElementType::i64: return "i64";
+    case ElementType::boolean: return "boolean";
+  }
+  return "?";
+}
+
+std::size_t element_size(ElementType t) noexcept { return t == ElementType::f32 ? 4 : t == ElementType::i64 ? 8 : 1; }
+
+std::string dims_string(const std::vector<DimInfo>& dims) {
+  if (dims.empty()) return "scalar";
+  std::string s;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += "x";
+    s += dims[i].value >= 0 ? std::to_string(dims[i].value) : (dims[i].symbol.empty() ? "?" : dims[i].symbol);
+  }
+  return s;
+}
+
+std::int64_t TensorData::numel() const noexcept {
+  std::int64_t n = 1;
+  for (std::int64_t d : dims) n *= d;
+  return n;
+}
+const void* TensorData::data() const noexcept {
+  return type == ElementType::f32   ? static_cast<const void*>(f32.data())
+         : type == ElementType::i64 ? static_cast<const void*>(i64.data())
+                                    : static_cast<const void*>(boolean.data());
+}
+TensorRef TensorData::ref() const { return TensorRef{name, type, dims, data()}; }
+
+namespace {
+
+ElementType element_type(DType d) {
+  return d == DType::f32 ? ElementType::f32 : d == DType::i64 ? ElementType::i64 : ElementType::boolean;
+}
+
+}  // namespace
+
+Result<TensorData> read_tensor_file(const std::string& path) noexcept {
+  try {
+    auto t = onnx::read_tensor_file(path);
+    if (!t) return Status(t.status().code(), fmt::format("{}: {}", path, t.status().message()));
+    TensorData d;
+    d.name = t->name;
+    d.type = element_type(t->dtype);
+    d.dims = t->dims;
+    if (d.type == ElementType::f32) d.f32 = std::move(t->f32);
+    if (d.type == ElementType::i64) d.i64 = std::move(t->i64);
+    if (d.type == ElementType::boolean)
+      for (std::int64_t v : t->i64) d.boolean.push_back(v != 0);
+    return d;
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, fmt::format("out of memory reading '{}'", path));
+  }
+}
+
+Status write_tensor_file(const std::string& path, const TensorData& d) noexcept {
+  try {
+    onnx::TensorData t;
+    t.name = d.name;
+    t.dtype = d.type == ElementType::f32 ? DType::f32 : d.type == ElementType::i64 ? DType::i64 : DType::boolean;
+    t.dims = d.dims;
+    t.f32 = d.f32;
+    t.i64 = d.i64;
+    for (std::uint8_t b : d.boolean) t.i64.push_back(b);
+    return onnx::write_tensor_file(path, t);
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::out_of_memory, fmt::format("out of memory writing '{}'", path)};
+  }
+}
+
+namespace {
+
+ValueInfo info_of(const graph::Value& v) {
+  ValueInfo i;
+  i.name = v.name;
+  i.type = element_type(v.dtype);
+  for (const graph::Dim& d : v.dims) i.dims.push_back(DimInfo{d.value, d.symbol});
+  return i;
+}
+
+// Operand slots whose values decide shapes (the op contract's shape-like inputs).
+bool is_shape_slot(graph::NodeOp op, std::size_t slot) {
+  using graph::NodeOp;
+  switch (op) {
+    case NodeOp::reshape:
+    case NodeOp::expand:
+    case NodeOp::squeeze:
+    case NodeOp::unsqueeze:
+    case NodeOp::split:
+    case NodeOp::reduce_mean: return slot == 1;
+    case NodeOp::slice: return slot >= 1;
+    case NodeOp::constant_of_shape: return slot == 0;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+struct Model::Impl {
+  graph::Graph graph;
+  std::vector<ValueInfo> inputs, outputs;
+  std::map<std::string, std::string> metadata;
+  std::int64_t opset = 0;
+  std::vector<bool> steering;  // per graph input: its values decide shapes
+};
+
+namespace {
+
+Status finish_load(onnx::ImportedModel im, Model::Impl* impl) {
+  impl->graph = std::move(im.graph);
+  impl->metadata = std::move(im.metadata);
+  impl->opset = im.opset;
+  runtime::FoldOptions fo;
+  fo.strict = false;
+  if (Status s = runtime::infer_and_fold(impl->graph, fo); !s) return s;
+  if (Status s = graph::verify(impl->graph); !s) return s;
+  const graph::Graph& g = impl->graph;
+  for (int v : g.inputs()) impl->inputs.push_back(info_of(g.value(v)));
+  for (int v : g.outputs()) impl->outputs.push_back(info_of(g.value(v)));
+  // Steering inputs: walk back from every shape-like operand through producers.
+  std::vector<bool> steer_value(g.values().size(), false);
+  std::vector<int> stack;
+  for (const graph::Node& n : g.nodes()) {
+    if (n.dead) continue;
+    for (std::size_t k = 0; k < n.inputs.size(); ++k)
+      if (n.inputs[k] >= 0 && is_shape_slot(n.op, k)) stack.push_back(n.inputs[k]);
+  }
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    if (steer_value[static_cast<std::size_t>(v)]) continue;
+    steer_value[static_cast<std::size_t>(v)] = true;
+    const int p = g.value(v).producer;
+    if (p < 0 || g.node(p).dead || g.node(p).op == graph::NodeOp::shape) continue;  // Shape reads dims only
+    for (int in : g.node(p).inputs)
+      if (in >= 0) stack.push_back(in);
+  }
+  for (int v : g.inputs())
+    impl->steering.push_back(steer_value[static_cast<std::size_t>(v)] && g.value(v).dtype != DType::f32);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Model> Model::load_memory(const void* data, std::size_t size, const LoadOptions& options) noexcept {
+  try {
+    onnx::ImportOptions io;
+    io.max_model_bytes = options.max_model_bytes;
+    io.max_tensor_bytes = options.max_tensor_bytes;
+    auto im = onnx::import_model(data, size, io);
+    if (!im) return im.status();
+    auto impl = std::make_shared<Impl>();
+    if (Status s = finish_load(std::move(*im), impl.get()); !s) return s;
+    Model m;
+    m.impl_ = std::move(impl);
+    return m;
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, "out of memory while loading the model");
+  } catch (const std::exception& e) {
+    return Status(StatusCode::internal, fmt::format("loading the model failed: {}", e.what()));
+  }
+}
+
+Result<Model> Model::load_file(const std::string& path, const LoadOptions& options) noexcept {
+  try {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return Status(StatusCode::invalid_argument, fmt::format("cannot open model file '{}'", path));
+    std::string bytes;
+    std::fseek(f, 0, SEEK_END);
+    const long size = std::ftell(f);
+    std::fseek(f, 0, SEEK_SET);
+    if (size < 0 || static_cast<std::uint64_t>(size) > options.max_model_bytes) {
+      std::fclose(f);
+      return Status(StatusCode::invalid_argument, fmt::format("model file '{}' has {} bytes, over the limit of {}",
+                                                              path, size, options.max_model_bytes));
+    }
+    bytes.resize(static_cast<std::size_t>(size));
+    const std::size_t got = size ? std::fread(bytes.data(), 1, bytes.size(), f) : 0;
+    std::fclose(f);
+    if (got != bytes.size()) return Status(StatusCode::invalid_argument, fmt::format("cannot read '{}'", path));
+    auto m = load_memory(bytes.data(), bytes.size(), options);
+    if (!m) return Status(m.status().code(), fmt::format("{}: {}", path, m.status().message()));
+    return m;
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, fmt::format("out of memory reading '{}'", path));
+  }
+}
+
+std::vector<std::string> Model::builtin_names() {
+  std::vector<std::string> v;
+  for (const auto& b : onnx::builtin_models()) v.emplace_back(b.name);
+  return v;
+}
+
+Result<std::string> Model::builtin_bytes(std::string_view name) noexcept { return onnx::builtin_model_bytes(name); }
+
+Result<Model> Model::load_builtin(std::string_view name) noexcept {
+  auto bytes = onnx::builtin_model_bytes(name);
+  if (!bytes) return bytes.status();
+  return load_memory(bytes->data(), bytes->size());
+}
+
+const std::vector<ValueInfo>& Model::inputs() const noexcept { return impl_->inputs; }
+const std::vector<ValueInfo>& Model::outputs() const noexcept { return impl_->outputs; }
+const std::map<std::string, std::string>& Model::metadata() const noexcept { return impl_->metadata; }
+std::int64_t Model::opset() const noexcept { return impl_->opset; }
+int Model::node_count() const noexcept { return impl_->graph.live_node_count(); }
+std::string Model::dump_graph() const { return graph::to_string(impl_->graph); }
+
+// ---- Plan ------------------------------------------------------------------------------------
+
+struct Plan::Impl {
+  Model model;
+  CompileOptions options;
+  std::vector<std::unique_ptr<Specialization>> cache;
+  Specialization* current = nullptr;
+  std::uint64_t tick = 0;
+  std::vector<int> input_index;  // scratch: caller input -> model input (sized at compile)
+  std::vector<int> output_index;
+
+  Status match(std::span<const TensorRef> in, bool need_data);
+  bool key_matches(const Specialization& sp, std::span<const TensorRef> in) const;
+  std::vector<std::int64_t> make_key(std::span<const TensorRef> in) const;
+  Result<Specialization*> specialize(std::span<const TensorRef> in);
+};
+
+Result<Plan> Plan::compile(const Model& model, const CompileOptions& options) noexcept {
+  try {
+    if (!model.impl_) return Status(StatusCode::invalid_argument, "compile: the model is empty (load failed?)");
+    if (static_cast<int>(options.stage) >= kStageCount)
+      return Status(StatusCode::invalid_argument,
+                    fmt::format("compile: stage {} is unknown", static_cast<int>(options.stage)));
+    if (options.threads < 0)
+      return Status(StatusCode::invalid_argument, fmt::format("compile: threads {} must be >= 0", options.threads));
+    if (options.max_cached_shapes < 1)
+      return Status(StatusCode::invalid_argument,
+                    fmt::format("compile: max_cached_shapes {} must be >= 1", options.max_cached_shapes));
+    Plan p;
+    p.impl_ = std::make_shared<Impl>();
+    p.impl_->model = model;
+    p.impl_->options = options;
+    p.impl_->input_index.resize(model.inputs().size());
+    p.impl_->output_index.resize(model.outputs().size());
+    // A model with static inputs (and no steering i64 input) is specialized now, so that a
+    // compile error shows at compile and the first run is as fast as the others.
+    bool all_static = true;
+    for (std::size_t i = 0; i < model.inputs().size(); ++i) {
+      all_static = all_static && !model.impl_->steering[i];
+      for (const DimInfo& d : model.inputs()[i].dims) all_static = all_static && d.value >= 0;
+    }
+    if (all_static) {
+      std::vector<TensorRef> refs;
+      for (const ValueInfo& v : model.inputs()) {
+        TensorRef r;
+        r.name = v.name;
+        r.type = v.type;
+        for (const DimInfo& d : v.dims) r.dims.push_back(d.value);
+        refs.push_back(std::move(r));
+      }
+      auto sp = p.impl_->specialize(refs);
+      if (!sp) return sp.status();
+    }
+    return p;
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, "out of memory while compiling");
+  }
+}
+
+const Model& Plan::model() const noexcept { return impl_->model; }
+const CompileOptions& Plan::options() const noexcept { return impl_->options; }
+
+Status Plan::Impl::match(std::span<const TensorRef> in, bool need_data) {
+  const auto& decl = model.inputs();
+  if (in.size() != decl.size())
+    return {StatusCode::invalid_argument, fmt::format(
+                                              "the model takes {} inputs ({}), {} given", decl.size(),
+                                              [&] {
+                                                std::string s;
+                                                for (const auto& d : decl) s += (s.empty() ? "" : ", ") + d.name;
+                                                return s;
+                                              }(),
+                                              in.size())};
+  std::fill(input_index.begin(), input_index.end(), -1);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::size_t m = i;
+    if (!in[i].name.empty()) {
+      m = decl.size();
+      for (std::size_t j = 0; j < decl.size(); ++j)
+        if (decl[j].name == in[i].name) m = j;
+      if (m == decl.size())
+        return {StatusCode::invalid_argument, fmt::format("the model has no input named '{}'", in[i].name)};
+    }
+    if (input_index[m] >= 0)
+      return {StatusCode::invalid_argument, fmt::format("input '{}' is given twice", decl[m].name)};
+    input_index[m] = static_cast<int>(i);
+  }
+  // Dims: static ones must match; a symbol takes one value across all inputs (checked against
+  // the inputs before this one, so nothing is allocated on the way).
+  for (std::size_t m = 0; m < decl.size(); ++m) {
+    const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
+    const ValueInfo& d = decl[m];
+    if (t.type != d.type)
+      return {StatusCode::invalid_argument, fmt::format("input '{}' is {}, the model declares {}", d.name,
+                                                        element_type_name(t.type), element_type_name(d.type))};
+    if (t.dims.size() != d.dims.size())
+      return {StatusCode::invalid_argument,
+              fmt::format("input '{}' has rank {} ({}), the model declares rank {} ({})", d.name, t.dims.size(),
+                          fmt::join(t.dims, "x"), d.dims.size(), dims_string(d.dims))};
+    bool empty = false;
+    for (std::int64_t x : t.dims) empty = empty || x == 0;
+    if (need_data && !t.data && !empty)
+      return {StatusCode::invalid_argument, fmt::format("input '{}' has no data (null pointer)", d.name)};
+    std::uint64_t elems = 1;
+    for (std::size_t k = 0; k < t.dims.size(); ++k) {
+      const std::int64_t x = t.dims[k];
+      if (x < 0)
+        return {StatusCode::invalid_argument, fmt::format("input '{}' dim {} is {}, must be >= 0", d.name, k, x)};
+      if (__builtin_mul_overflow(elems, static_cast<std::uint64_t>(x), &elems) ||
+          elems > options.memory_budget / element_size(t.type))
+        return {StatusCode::out_of_memory, fmt::format("input '{}' of dims {} exceeds the memory budget of {} bytes",
+                                                       d.name, fmt::join(t.dims, "x"), options.memory_budget)};
+      const DimInfo& di = d.dims[k];
+      if (di.value >= 0 && di.value != x)
+        return {StatusCode::invalid_argument, fmt::format("input '{}' dim {} is {}, the model declares {} (dims {})",
+                                                          d.name, k, x, di.value, dims_string(d.dims))};
+      if (di.value >= 0 || di.symbol.empty()) continue;
+      for (std::size_t m2 = 0; m2 <= m; ++m2) {
+        const TensorRef& t2 = in[static_cast<std::size_t>(input_index[m2])];
+        const ValueInfo& d2 = decl[m2];
+        for (std::size_t k2 = 0; k2 < d2.dims.size() && k2 < t2.dims.size() && (m2 < m || k2 < k); ++k2)
+          if (d2.dims[k2].value < 0 && d2.dims[k2].symbol == di.symbol && t2.dims[k2] != x)
+            return {StatusCode::invalid_argument,
+                    fmt::format("input '{}' dim {} ('{}') is {}, but input '{}' dim {} binds '{}' to {}", d.name, k,
+                                di.symbol, x, d2.name, k2, di.symbol, t2.dims[k2])};
+      }
+    }
+  }
+  return Status::ok();
+}
+
+bool Plan::Impl::key_matches(const Specialization& sp, std::span<const TensorRef> in) const {
+  std::size_t p = 0;
+  const auto& key = sp.key;
+  for (std::size_t m = 0; m < input_index.size(); ++m) {
+    const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
+    if (p >= key.size() || key[p++] != static_cast<std::int64_t>(t.dims.size())) return false;
+    std::int64_t n = 1;
+    for (std::int64_t d : t.dims) {
+      if (p >= key.size() || key[p++] != d) return false;
+      n *= d;
+    }
+    if (model.impl_->steering[m]) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t v = t.type == ElementType::i64 ? static_cast<const std::int64_t*>(t.data)[i]
+                                                          : static_cast<const std::uint8_t*>(t.data)[i];
+        if (p >= key.size() || key[p++] != v) return false;
+      }
+    }
+  }
+  return p == key.size();
+}
+
+std::vector<std::int64_t> Plan::Impl::make_key(std::span<const TensorRef> in) const {
+  std::vector<std::int64_t> key;
+  for (std::size_t m = 0; m < input_index.size(); ++m) {
+    const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
+    key.push_back(static_cast<std::int64_t>(t.dims.size()));
+    std::int64_t n = 1;
+    for (std::int64_t d : t.dims) {
+      key.push_back(d);
+      n *= d;
+    }
+    if (model.impl_->steering[m])
+      for (std::int64_t i = 0; i < n; ++i)
+        key.push_back(t.type == ElementType::i64 ? static_cast<const std::int64_t*>(t.data)[i]
+                                                 : static_cast<const std::uint8_t*>(t.data)[i]);
+  }
+  return key;
+}
+
+Result<Specialization*> Plan::Impl::specialize(std::span<const TensorRef> in) {
+  if (Status s = match(in, false); !s) return s;
+  for (std::size_t m = 0; m < input_index.size(); ++m)
+    if (model.impl_->steering[m] && !in[static_cast<std::size_t>(input_index[m])].data)
+      return Status(
+          StatusCode::invalid_argument,
+          fmt::format("input '{}' decides a shape in the model, so it needs data to compile", model.inputs()[m].name));
+  if (current && key_matches(*current, in)) return current;
+  for (auto& sp : cache)
+    if (key_matches(*sp, in)) {
+      current = sp.get();
+      current->last_use = ++tick;
+      return current;
+    }
+  graph::Graph g = model.impl_->graph;
+  for (std::size_t m = 0; m < input_index.size(); ++m) {
+    const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
+    graph::Value& v = g.value(g.inputs()[m]);
+    v.dims.clear();
+    for (std::int64_t d : t.dims) v.dims.emplace_back(d);
+    v.has_shape = true;
+    if (model.impl_->steering[m]) {
+      // Its values decide shapes: it becomes a constant of this specialization.
+      std::int64_t n = 1;
+      for (std::int64_t d : t.dims) n *= d;
+      std::vector<std::int64_t> vals(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i)
+        vals[static_cast<std::size_t>(i)] = t.type == ElementType::i64 ? static_cast<const std::int64_t*>(t.data)[i]
+                                                                       : static_cast<const std::uint8_t*>(t.data)[i];
+      // The input itself stays (it is still bound); its readers read a constant copy.
+      const std::string cname = v.name + "#value";
+      const graph::Dims cd = v.dims;
+      const graph::DType dt = v.dtype;
+      auto c = g.add_initializer(cname, cd, std::move(vals), dt);
+      if (!c) return c.status();
+      auto r = g.replace_all_uses(g.inputs()[m], *c);
+      if (!r) return r.status();
+    }
+  }
+  // Values whose dims came from the file's annotations are re-derived from the real input dims.
+  for (graph::Value& v : const_cast<std::vector<graph::Value>&>(g.values()))
+    if (v.kind == graph::ValueKind::intermediate && v.producer >= 0) v.has_shape = false;
+  runtime::FoldOptions fo;
+  fo.strict = true;
+  if (Status s = runtime::infer_and_fold(g, fo); !s) return s;
+  if (Status s = runtime::plan_layouts(g, options.stage); !s) return s;
+  auto sp = Specialization::build(std::move(g), options);
+  if (!sp) return sp.status();
+  (*sp)->key = make_key(in);
+  (*sp)->last_use = ++tick;
+  if (static_cast<int>(cache.size()) >= options.max_cached_shapes) {
+    auto lru = std::min_element(cache.begin(), cache.end(),
+                                [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+    cache.erase(lru);
+  }
+  cache.push_back(std::move(*sp));
+  current = cache.back().get();
+  return current;
+}
+
+Result<std::vector<ValueInfo>> Plan::output_infos(std::span<const TensorRef> inputs) noexcept {
+  try {
+    auto sp = impl_->specialize(inputs);
+    if (!sp) return sp.status();
+    std::vector<ValueInfo> out;
+    for (const auto& b : (*sp)->outputs) {
+      ValueInfo v = info_of((*sp)->graph.value(b.value));
+      out.push_back(std::move(v));
+    }
+    return out;
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, "out of memory while specializing");
+  }
+}
+
+Status Plan::run(std::span<const TensorRef> inputs, std::span<const MutableTensorRef> outputs) noexcept {
+  try {
+    Impl& im = *impl_;
+    if (Status s = im.match(inputs, true); !s) return s;
+    auto spr = im.specialize(inputs);
+    if (!spr) return spr.status();
+    Specialization& sp = **spr;
+    // Outputs are checked before anything runs, so an error leaves them untouched.
+    const auto& decl = im.model.outputs();
+    if (outputs.size() != decl.size())
+      return {StatusCode::invalid_argument,
+              fmt::format("the model has {} outputs, {} buffers given", decl.size(), outputs.size())};
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      std::size_t m = i;
+      if (!outputs[i].name.empty()) {
+        m = decl.size();
+        for (std::size_t j = 0; j < decl.size(); ++j)
+          if (decl[j].name == outputs[i].name) m = j;
+        if (m == decl.size())
+          return {StatusCode::invalid_argument, fmt::format("the model has no output named '{}'", outputs[i].name)};
+      }
+      im.output_index[i] = static_cast<int>(m);
+      const runtime::Binding& b = sp.outputs[m];
+      if (outputs[i].type != b.type)
+        return {StatusCode::invalid_argument,
+                fmt::format("output '{}' is {}, the buffer is {}", decl[m].name, element_type_name(b.type),
+                            element_type_name(outputs[i].type))};
+      if (outputs[i].dims != b.dims)
+        return {StatusCode::invalid_argument,
+                fmt::format("output '{}' has dims {} for these inputs, the buffer {}", decl[m].name,
+                            fmt::join(b.dims, "x"), fmt::join(outputs[i].dims, "x"))};
+      if (!outputs[i].data && b.numel > 0)
+        return {StatusCode::invalid_argument, fmt::format("output '{}' buffer is a null pointer", decl[m].name)};
+    }
+    for (std::size_t m = 0; m < sp.inputs.size(); ++m) {
+      const runtime::Binding& b = sp.inputs[m];
+      if (!b.data || b.numel == 0 || sp.graph.value(b.value).is_constant()) continue;
+      const TensorRef& t = inputs[static_cast<std::size_t>(im.input_index[m])];
+      if (b.type == ElementType::boolean) {
+        const auto* src = static_cast<const std::uint8_t*>(t.data);
+        auto* dst = static_cast<std::int64_t*>(b.data);
+        for (std::int64_t i = 0; i < b.numel; ++i) dst[i] = src[i] != 0;
+      } else {
+        std::memcpy(b.data, t.data, static_cast<std::size_t>(b.numel) * element_size(b.type));
+      }
+    }
+    if (Status s = sp.run(); !s) return s;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const runtime::Binding& b = sp.outputs[static_cast<std::size_t>(im.output_index[i])];
+      if (b.numel == 0) continue;
+      if (b.type == ElementType::boolean) {
+        const auto* src = static_cast<const std::int64_t*>(b.data);
+        auto* dst = static_cast<std::uint8_t*>(outputs[i].data);
+        for (std::int64_t k = 0; k < b.numel; ++k) dst[k] = src[k] != 0;
+      } else {
+        std::memcpy(outputs[i].data, b.data, static_cast<std::size_t>(b.numel) * element_size(b.type));
+      }
+    }
+    return Status::ok();
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::out_of_memory, "out of memory while running"};
+  } catch (const std::exception& e) {
+    return {StatusCode::internal, fmt::format("run failed: {}", e.what())};
+  }
+}
+
+Result<std::vector<TensorData>> Plan::run(std::span<const TensorRef> inputs) noexcept {
+  try {
+    auto infos = output_infos(inputs);
+    if (!infos) return infos.status();
+    std::vector<TensorData> out(infos->size());
+    std::vector<MutableTensorRef> refs(infos->size());
+    for (std::size_t i = 0; i < infos->size(); ++i) {
+      TensorData& t = out[i];
+      t.name = (*infos)[i].name;
+      t.type = (*infos)[i].type;
+      for (const DimInfo& d : (*infos)[i].dims) t.dims.push_back(d.value);
+      const auto n = static_cast<std::size_t>(t.numel());
+      if (t.type == ElementType::f32) t.f32.resize(n);
+      if (t.type == ElementType::i64) t.i64.resize(n);
+      if (t.type == ElementType::boolean) t.boolean.resize(n);
+      refs[i] = MutableTensorRef{t.name, t.type, t.dims, const_cast<void*>(t.data())};
+    }
+    if (Status s = run(inputs, refs); !s) return s;
+    return out;
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, "out of memory while running");
+  }
+}
+
+std::string Plan::dump_graph() const {
+  const Specialization* sp = impl_->current;
+  if (!sp) return "(not specialized yet: run the plan or call output_infos first)\n";
+  std::string s = graph::to_string(sp->graph);
+  s += "kernels:\n";
+  for (const auto& st : sp->steps) s += fmt::format("  {:<32} {}\n", sp->graph.node(st.node).name, st.kernel);
+  return s;
+}
+int Plan::node_count() const noexcept { return impl_->current ? static_cast<int>(impl_->current->steps.size()) : 0; }
+std::uint64_t Plan::weight_bytes() const noexcept { return impl_->current ? impl_->current->weight_bytes : 0; }
+std::uint64_t Plan::arena_bytes() const noexcept { return impl_->current ? impl_->current->arena_bytes : 0; }
+std::uint64_t Plan::peak_bytes() const noexcept {
+  const Specialization* sp = impl_->current;
+  return sp ? sp->weight_bytes + sp->arena_bytes + sp->workspace_bytes : 0;
+}
+int Plan::cached_shapes() const noexcept { return static_cast<int>(impl_->cache.size()); }
+
+Result<std::vector<NodeTime>> Plan::profile(int repeat) noexcept {
+  try {
+    if (!impl_->current) return Status(StatusCode::invalid_argument, "profile: run the plan first");
+    return impl_->current->profile(repeat);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, "out of memory while profiling");
+  }
+}
+
+}  // namespace opfuse

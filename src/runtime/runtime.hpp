@@ -1,0 +1,58 @@
+// src/runtime/runtime.hpp - the passes between a loaded graph and a plan (internal).
+//
+// A loaded graph goes through, in order:
+//   infer_and_fold   shapes of every value (registry ops through infer_outputs, host ops through
+//                    host_ops.hpp's infer), folding each node whose inputs are all constants
+//                    (and Shape of a static value) into a constant, then dead-node removal.
+//                    Tolerant at load (symbolic dims stop inference where they flow), strict
+//                    when a plan is specialized for concrete input dims.
+//   plan_layouts     which memory order each 4-D activation lives in, inserting layout_convert
+//                    nodes where a consumer needs the other one (layout.cpp).
+//   the executor     liveness-based arena, aliases and in-place outputs, one prepared step per
+//                    node (executor.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "opfuse/context.hpp"
+#include "opfuse/ops.hpp"
+#include "opfuse/status.hpp"
+#include "src/graph/ir.hpp"
+
+namespace opfuse::runtime {
+
+// "node 'conv_a' (conv2d): <msg>" - every error the runtime raises about a node reads so.
+Status node_error(const graph::Node& n, StatusCode code, const std::string& msg);
+
+// Runs through the registry: a registry op whose inputs are all f32 (add .. div on i64 go to
+// the host ops).
+bool runs_on_registry(const graph::Graph& g, const graph::Node& n);
+
+// The OpDesc a registry node runs as, with the views the op contract allows: a rank-0 value
+// as shape (1), the 1-D forms of conv2d / pools as (N, C, 1, L). Errors name the node.
+Result<OpDesc> registry_desc(const graph::Graph& g, const graph::Node& n);
+
+// Dims of a value; invalid_argument naming it when they are not all static.
+Result<std::vector<std::int64_t>> static_dims(const graph::Value& v);
+
+struct FoldOptions {
+  bool strict = false;                       // every value must get static dims
+  std::uint64_t max_fold_bytes = 64u << 20;  // a larger constant result stays a node
+};
+// Infers shapes in topological order and folds constants (see above). Strict mode fails on the
+// first node it cannot infer, naming it.
+Status infer_and_fold(graph::Graph& g, const FoldOptions& options);
+
+// Removes live nodes none of whose outputs is consumed or a graph output; returns how many.
+int remove_dead_nodes(graph::Graph& g);
+
+// At the simd and fused stages, 4-D activations of convolutions and the ops between them stay
+// NHWC; conversions are nodes. The naive stage keeps NCHW (its kernels read through strides).
+Status plan_layouts(graph::Graph& g, Stage stage);
+
+// True when converting a rank-4 tensor of these dims between NCHW and NHWC moves nothing
+// (C == 1 or H * W == 1): the executor runs such a layout_convert as a view.
+bool layout_convert_is_view(const std::vector<std::int64_t>& dims);
+
+}  // namespace opfuse::runtime

@@ -1,0 +1,50 @@
+#!/bin/sh
+# tests/cli_run.sh OPFUSE WORKDIR - `opfuse run`'s exit codes and JSON, as a script sees them:
+# 0 ok, 1 a --check mismatch, 2 an invalid model or input (or over the memory budget),
+# 3 an unsupported op. Run by CTest (cli.run_exit_codes).
+set -u
+OPF=$1
+W=$2
+mkdir -p "$W"
+D=/usr/share/libonnx-testdata/data/node
+fails=0
+expect() {
+  want=$1
+  shift
+  "$@" >"$W/out.txt" 2>&1
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: exit $got, expected $want: $*"
+    cat "$W/out.txt"
+    fails=$((fails + 1))
+  else
+    echo "ok (exit $want): $*"
+    sed -n '1,3p' "$W/out.txt" | sed 's/^/    /'
+  fi
+}
+if [ -d "$D" ]; then
+  T=$D/test_conv_with_strides_padding
+  expect 0 "$OPF" run "$T/model.onnx" --inputs "$T/test_data_set_0" --check --warmup 0 --repeat 1 --stage simd
+  # relu run on sigmoid's test data: the outputs differ
+  expect 1 "$OPF" run "$D/test_relu/model.onnx" --inputs "$D/test_sigmoid/test_data_set_0" --check --repeat 1
+  expect 3 "$OPF" run "$D/test_abs/model.onnx" --repeat 1
+fi
+expect 2 "$OPF" run "$W/no_such_file.onnx"
+expect 2 "$OPF" run resnet50 --stage turbo
+"$OPF" export mobilenet_v2 "$W/mobilenet_v2.onnx" >/dev/null || fails=$((fails + 1))
+head -c 5000 "$W/mobilenet_v2.onnx" >"$W/truncated.onnx"
+expect 2 "$OPF" run "$W/truncated.onnx"
+printf 'not an onnx file at all' >"$W/junk.onnx"
+expect 2 "$OPF" run "$W/junk.onnx"
+# a declared (symbolic) dim bound so large the activations exceed the budget: refused up front
+expect 2 "$OPF" run bert_layer --dim seq=10000000 --memory-budget 1000000000 --repeat 1
+expect 0 "$OPF" run bert_layer --dim seq=16 --warmup 0 --repeat 2 --json --outputs "$W/bert_out"
+for key in latency_ms latency_min_ms peak_bytes nodes stage; do
+  grep -q "\"$key\"" "$W/out.txt" || { echo "FAIL: --json lacks $key"; fails=$((fails + 1)); }
+done
+[ -f "$W/bert_out/output_0.pb" ] || { echo "FAIL: --outputs wrote no output_0.pb"; fails=$((fails + 1)); }
+if [ "$fails" -ne 0 ]; then
+  echo "cli_run: $fails failures"
+  exit 1
+fi
+echo "cli_run: all passed"
