@@ -66,9 +66,9 @@ void expect_close(const std::vector<TensorData>& out, const std::vector<TensorDa
   }
 }
 
-class BuiltinModels : public ::testing::TestWithParam<std::string> {};
+class ModelStages : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(BuiltinModels, EveryStageAgreesWithNaive) {
+TEST_P(ModelStages, EveryStageAgreesWithNaive) {
   auto m = Model::load_builtin(GetParam());
   ASSERT_TRUE(m) << m.status().to_string();
   const auto in = random_inputs(*m, {{"batch", 1}, {"seq", 128}}, 7);
@@ -83,7 +83,7 @@ TEST_P(BuiltinModels, EveryStageAgreesWithNaive) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, BuiltinModels, ::testing::Values("resnet50", "mobilenet_v2", "bert_layer"));
+INSTANTIATE_TEST_SUITE_P(Builtin, ModelStages, ::testing::Values("resnet50", "mobilenet_v2", "bert_layer"));
 
 TEST(ModelPlan, ResnetKeepsNhwcBetweenConvolutions) {
   auto m = Model::load_builtin("resnet50");
