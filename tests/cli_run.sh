@@ -30,6 +30,11 @@ if [ -d "$D" ]; then
   expect 3 "$OPF" run "$D/test_abs/model.onnx" --repeat 1
 fi
 expect 2 "$OPF" run "$W/no_such_file.onnx"
+expect 2 "$OPF" run mobilenet_v2 --fusion turbo
+expect 0 "$OPF" run mobilenet_v2 --fusion basic --stage simd --warmup 0 --repeat 1
+grep -q "fold_batchnorm_into_conv x52" "$W/out.txt" || { echo "FAIL: --fusion basic folded no batch norm"; fails=$((fails + 1)); }
+expect 0 "$OPF" fusions --json
+grep -q '"level": "basic"' "$W/out.txt" || { echo "FAIL: opfuse fusions --json lacks the basic level"; fails=$((fails + 1)); }
 expect 2 "$OPF" run resnet50 --stage turbo
 "$OPF" export mobilenet_v2 "$W/mobilenet_v2.onnx" >/dev/null || fails=$((fails + 1))
 head -c 5000 "$W/mobilenet_v2.onnx" >"$W/truncated.onnx"

@@ -13,12 +13,14 @@
 
 #include "alloc_counter.hpp"
 #include "check/check.hpp"
+#include "model_builder.hpp"
 #include "opfuse/model.hpp"
 #include "src/graph/ir.hpp"
 
 namespace {
 
 using namespace opfuse;
+using opfuse::testing::ModelBuilder;
 
 std::vector<TensorData> random_inputs(const Model& m, std::map<std::string, std::int64_t> dims, std::uint64_t seed) {
   std::vector<TensorData> v;
@@ -230,46 +232,6 @@ TEST(ModelPlan, DeclaredDimsOverTheMemoryBudgetFailBeforeAllocating) {
 }
 
 // ---- graphs written here, as ONNX bytes --------------------------------------------------------
-
-struct ModelBuilder {
-  ::onnx::ModelProto m;
-  ModelBuilder() {
-    m.set_ir_version(8);
-    auto* op = m.add_opset_import();
-    op->set_domain("");
-    op->set_version(17);
-    m.mutable_graph()->set_name("g");
-  }
-  void input(const std::string& name, std::vector<std::int64_t> dims, int type = ::onnx::TensorProto::FLOAT,
-             bool output = false) {
-    auto* v = output ? m.mutable_graph()->add_output() : m.mutable_graph()->add_input();
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(type);
-    for (auto d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
-  }
-  void output(const std::string& name, std::vector<std::int64_t> dims) { input(name, dims, 1, true); }
-  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-    auto* n = m.mutable_graph()->add_node();
-    n->set_op_type(op);
-    n->set_name(op + std::to_string(m.graph().node_size()));
-    for (auto& s : in) n->add_input(s);
-    for (auto& s : out) n->add_output(s);
-    return n;
-  }
-  void weight(const std::string& name, std::vector<std::int64_t> dims, float value) {
-    auto* t = m.mutable_graph()->add_initializer();
-    t->set_name(name);
-    t->set_data_type(::onnx::TensorProto::FLOAT);
-    std::int64_t n = 1;
-    for (auto d : dims) {
-      t->add_dims(d);
-      n *= d;
-    }
-    for (std::int64_t i = 0; i < n; ++i) t->add_float_data(value);
-  }
-  std::string bytes() const { return m.SerializeAsString(); }
-};
 
 TEST(ModelErrors, MismatchedShapesNameTheNode) {
   ModelBuilder b;

@@ -127,9 +127,17 @@ class Model {
   friend class Plan;
 };
 
+// Graph fusion levels (`opfuse fusions` lists what each enables); each includes the ones before.
+// basic: identities removed, batch norm folded into conv weights, activations into the conv /
+// gemm post-op chain. advanced and full enable nothing more yet (the fusion issue's next steps).
+enum class FusionLevel : std::uint8_t { none, basic, advanced, full };
+std::string_view fusion_level_name(FusionLevel level) noexcept;
+
 struct CompileOptions {
   Stage stage = Stage::fused;  // the highest stage; lower stages serve what it declines
-  int threads = 0;             // 0: all cores
+  // none runs the graph as imported. The default moves to full once every level is in.
+  FusionLevel fusion = FusionLevel::none;
+  int threads = 0;  // 0: all cores
   Isa max_isa = Isa::avx512;
   // Weights + arena of one specialization may not exceed this; checked before allocating.
   std::uint64_t memory_budget = 16ull << 30;
@@ -170,6 +178,8 @@ class Plan {
   std::uint64_t arena_bytes() const noexcept;
   std::uint64_t peak_bytes() const noexcept;  // weights + arena + kernel workspaces
   int cached_shapes() const noexcept;
+  // The fusions applied to that specialization and the groups each rewrote (table order).
+  std::vector<std::pair<std::string, int>> fusions_applied() const;
   // Times every node, in execution order: `repeat` whole runs timed step by step, then each
   // node on its own `repeat` times (on the current arena contents: call after a run). Medians.
   Result<std::vector<NodeTime>> profile(int repeat) noexcept;

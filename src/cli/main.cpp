@@ -6,6 +6,7 @@
 //   opfuse explain OP [CASE] [--json]   the stages, kernels and modeled memory traffic of a case
 //   opfuse run MODEL [...]              a whole model (run_model.cpp)
 //   opfuse export NAME FILE             a built-in model as an ONNX file
+//   opfuse fusions [--json]             the graph fusions and their levels
 //   opfuse --version | --help
 //
 // Exit codes: 0 success, 1 a check failed, 2 bad usage (unknown op, stage or option); `run`
@@ -281,6 +282,7 @@ int run(int argc, char** argv) {
   runc->add_option("model", ra.model, "Model file or built-in name")->required();
   runc->add_option("--stage", ra.stage, fmt::format("Highest stage: {} (default fused)", stage_list()));
   runc->add_option("--threads", ra.threads, "Kernel threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  runc->add_option("--fusion", ra.fusion, "Graph fusion level: none (default), basic, advanced, full");
   runc->add_option("--inputs", ra.inputs_dir, "Directory with input_<i>.pb (ONNX test-data layout)")->type_name("DIR");
   runc->add_option("--outputs", ra.outputs_dir, "Write output_<i>.pb here")->type_name("DIR");
   runc->add_flag("--check", ra.check, "Compare with the output_<i>.pb of --inputs (exit 1 on a mismatch)");
@@ -294,6 +296,9 @@ int run(int argc, char** argv) {
   runc->add_flag("--dump-graph", ra.dump_graph, "Print the planned graph: one line per node, layouts, kernels");
   runc->add_flag("--profile", ra.profile, "Also time every node on its own and compare the sum with the plan");
   runc->add_flag("--json", ra.json, "Print latency_ms, latency_min_ms, peak_bytes, nodes, stage, ... as JSON");
+  bool fusions_json = false;
+  CLI::App* fusionsc = app.add_subcommand("fusions", "The graph fusions: name, level, what each rewrites");
+  fusionsc->add_flag("--json", fusions_json, "Print an array of {name, level, summary}");
   std::string export_name, export_file;
   CLI::App* exportc = app.add_subcommand("export", "Write a built-in model as an ONNX file");
   exportc->add_option("name", export_name, "resnet50, mobilenet_v2 or bert_layer")->required();
@@ -316,6 +321,7 @@ int run(int argc, char** argv) {
   if (explain->parsed()) return cmd_explain(explain_op, explain_case, explain_json);
   if (runc->parsed()) return opfuse::cli::cmd_run(ra);
   if (exportc->parsed()) return opfuse::cli::cmd_export(export_name, export_file);
+  if (fusionsc->parsed()) return opfuse::cli::cmd_fusions(fusions_json);
   return usage_error("no command given (try --help)");
 }
 

@@ -31,6 +31,7 @@
 
 #include "check/check.hpp"
 #include "opfuse/model.hpp"
+#include "src/graph/passes/fusion.hpp"
 
 namespace opfuse::cli {
 
@@ -153,9 +154,28 @@ int cmd_export(const std::string& name, const std::string& file) {
   return kRunOk;
 }
 
+int cmd_fusions(bool json) {
+  if (json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const graph::Fusion& f : graph::fusions())
+      j.push_back({{"name", f.name}, {"level", graph::name(f.level)}, {"summary", f.summary}});
+    std::cout << j.dump(2) << "\n";
+    return kRunOk;
+  }
+  std::printf("%-28s %-9s %s\n", "fusion", "level", "what it does");
+  for (const graph::Fusion& f : graph::fusions())
+    std::printf("%-28s %-9s %s\n", std::string(f.name).c_str(), std::string(graph::name(f.level)).c_str(),
+                std::string(f.summary).c_str());
+  return kRunOk;
+}
+
 int cmd_run(const RunArgs& a) {
   auto stage = stage_from_name(a.stage);
   if (!stage) return fail({StatusCode::invalid_argument, fmt::format("unknown stage '{}'", a.stage)});
+  auto fusion = graph::fusion_level_from_name(a.fusion);
+  if (!fusion)
+    return fail({StatusCode::invalid_argument,
+                 fmt::format("unknown fusion level '{}' (none, basic, advanced, full)", a.fusion)});
   if (a.repeat < 1 || a.warmup < 0)
     return fail({StatusCode::invalid_argument, "--repeat must be >= 1 and --warmup >= 0"});
   const bool tty = on_terminal() && !a.json;
@@ -173,6 +193,7 @@ int cmd_run(const RunArgs& a) {
   if (tty) std::fprintf(stderr, "compiling %s for the %s stage...\r", a.model.c_str(), a.stage.c_str());
   CompileOptions co;
   co.stage = *stage;
+  co.fusion = static_cast<FusionLevel>(*fusion);
   co.threads = a.threads;
   co.memory_budget = a.memory_budget;
   auto plan = Plan::compile(*model, co);
@@ -241,6 +262,8 @@ int cmd_run(const RunArgs& a) {
     nlohmann::json j;
     j["model"] = a.model;
     j["stage"] = a.stage;
+    j["fusion"] = a.fusion;
+    for (const auto& [name, groups] : plan->fusions_applied()) j["fusions"][name] = groups;
     j["threads"] = a.threads;
     j["latency_ms"] = median;
     j["latency_min_ms"] = best;
@@ -282,6 +305,11 @@ int cmd_run(const RunArgs& a) {
         "MB\n",
         plan->node_count(), plan->peak_bytes() / 1e6, plan->weight_bytes() / 1e6, plan->arena_bytes() / 1e6,
         (plan->peak_bytes() - plan->weight_bytes() - plan->arena_bytes()) / 1e6, max_rss_bytes() / 1e6);
+    std::string applied;
+    for (const auto& [name, groups] : plan->fusions_applied())
+      if (groups > 0) applied += fmt::format("{}{} x{}", applied.empty() ? "" : ", ", name, groups);
+    if (*fusion != graph::FusionLevel::none)
+      std::printf("  fusion %s: %s\n", a.fusion.c_str(), applied.empty() ? "nothing matched" : applied.c_str());
     for (const check::OutputCheck& c : checks)
       std::printf("  check %-24s %s  max abs error %.3g, max normalized error %.3g%s%s\n", c.name.c_str(),
                   c.ok ? "ok" : "MISMATCH", c.max_abs, c.max_norm, c.reason.empty() ? "" : ": ", c.reason.c_str());

@@ -17,6 +17,7 @@ inline constexpr int kRunInternal = 4;     // a bug in opfuse: please report it
 struct RunArgs {
   std::string model;
   std::string stage = "fused";
+  std::string fusion = "none";
   int threads = 0;
   std::string inputs_dir, outputs_dir;
   bool check = false;
@@ -31,5 +32,6 @@ struct RunArgs {
 
 int cmd_run(const RunArgs& args);
 int cmd_export(const std::string& name, const std::string& file);
+int cmd_fusions(bool json);
 
 }  // namespace opfuse::cli

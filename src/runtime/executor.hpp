@@ -59,6 +59,7 @@ class Specialization {
   std::vector<std::int64_t> key;         // input dims (and steering i64 values) it was built for
   std::uint64_t weight_bytes = 0, arena_bytes = 0, workspace_bytes = 0;  // workspace: the largest step's
   std::uint64_t last_use = 0;                                            // LRU tick
+  std::vector<std::pair<std::string, int>> fusions;                      // applied before planning: name, groups
 
  private:
   std::unique_ptr<float, AlignedDelete> arena_;

@@ -17,6 +17,7 @@
 #include "executor.hpp"
 #include "opfuse/model.hpp"
 #include "runtime.hpp"
+#include "src/graph/passes/fusion.hpp"
 #include "src/onnx/builtin.hpp"
 #include "src/onnx/import.hpp"
 
@@ -32,6 +33,13 @@ std::string_view element_type_name(ElementType t) noexcept {
     case ElementType::boolean: return "boolean";
   }
   return "?";
+}
+
+static_assert(static_cast<int>(FusionLevel::full) == static_cast<int>(graph::FusionLevel::full),
+              "the public FusionLevel mirrors graph::FusionLevel");
+
+std::string_view fusion_level_name(FusionLevel level) noexcept {
+  return graph::name(static_cast<graph::FusionLevel>(level));
 }
 
 std::size_t element_size(ElementType t) noexcept { return t == ElementType::f32 ? 4 : t == ElementType::i64 ? 8 : 1; }
@@ -263,6 +271,9 @@ Result<Plan> Plan::compile(const Model& model, const CompileOptions& options) no
                     fmt::format("compile: stage {} is unknown", static_cast<int>(options.stage)));
     if (options.threads < 0)
       return Status(StatusCode::invalid_argument, fmt::format("compile: threads {} must be >= 0", options.threads));
+    if (static_cast<int>(options.fusion) > static_cast<int>(FusionLevel::full))
+      return Status(StatusCode::invalid_argument,
+                    fmt::format("compile: fusion level {} is unknown", static_cast<int>(options.fusion)));
     if (options.max_cached_shapes < 1)
       return Status(StatusCode::invalid_argument,
                     fmt::format("compile: max_cached_shapes {} must be >= 1", options.max_cached_shapes));
@@ -454,9 +465,13 @@ Result<Specialization*> Plan::Impl::specialize(std::span<const TensorRef> in) {
   runtime::FoldOptions fo;
   fo.strict = true;
   if (Status s = runtime::infer_and_fold(g, fo); !s) return s;
+  auto fused = graph::apply_fusions(g, static_cast<graph::FusionLevel>(options.fusion));
+  if (!fused) return fused.status();
+  runtime::remove_dead_nodes(g);
   if (Status s = runtime::plan_layouts(g, options.stage); !s) return s;
   auto sp = Specialization::build(std::move(g), options);
   if (!sp) return sp.status();
+  for (const auto& f : *fused) (*sp)->fusions.emplace_back(f.name, f.groups);
   (*sp)->key = make_key(in);
   (*sp)->last_use = ++tick;
   if (static_cast<int>(cache.size()) >= options.max_cached_shapes) {
@@ -590,6 +605,9 @@ std::uint64_t Plan::peak_bytes() const noexcept {
   return sp ? sp->weight_bytes + sp->arena_bytes + sp->workspace_bytes : 0;
 }
 int Plan::cached_shapes() const noexcept { return static_cast<int>(impl_->cache.size()); }
+std::vector<std::pair<std::string, int>> Plan::fusions_applied() const {
+  return impl_->current ? impl_->current->fusions : std::vector<std::pair<std::string, int>>{};
+}
 
 Result<std::vector<NodeTime>> Plan::profile(int repeat) noexcept {
   try {

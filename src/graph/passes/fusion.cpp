@@ -1,0 +1,68 @@
+// src/graph/passes/fusion.cpp - the fusion table and the driver (see fusion.hpp).
+#include "fusion.hpp"
+
+#include <fmt/format.h>
+
+namespace opfuse::graph {
+
+namespace {
+// clang-format off
+constexpr Fusion kFusions[] = {
+  {"remove_identities", FusionLevel::basic,
+   "Identity (and inference Dropout) nodes removed: their readers read the input directly",
+   remove_identities},
+  {"fold_batchnorm_into_conv", FusionLevel::basic,
+   "BatchNormalization after a conv folded into the conv's weights and bias (w*a, (b-mean)*a+beta)",
+   fold_batchnorm_into_conv},
+  {"activation_into_conv_gemm", FusionLevel::basic,
+   "Relu, Clip (relu6), LeakyRelu, Sigmoid, Tanh, HardSwish, GELU, SiLU after a conv or gemm become its post-op",
+   activation_into_conv_gemm},
+};
+// clang-format on
+}  // namespace
+
+std::string_view name(FusionLevel level) noexcept {
+  switch (level) {
+    case FusionLevel::none: return "none";
+    case FusionLevel::basic: return "basic";
+    case FusionLevel::advanced: return "advanced";
+    case FusionLevel::full: return "full";
+  }
+  return "?";
+}
+
+std::optional<FusionLevel> fusion_level_from_name(std::string_view n) noexcept {
+  for (FusionLevel l : {FusionLevel::none, FusionLevel::basic, FusionLevel::advanced, FusionLevel::full})
+    if (name(l) == n) return l;
+  return std::nullopt;
+}
+
+std::span<const Fusion> fusions() noexcept { return kFusions; }
+
+Result<std::vector<FusionStats>> apply_fusions(Graph& g, FusionLevel level) noexcept {
+  try {
+    std::vector<FusionStats> stats;
+    for (const Fusion& f : kFusions) stats.push_back({std::string(f.name), 0});
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::size_t i = 0; i < std::size(kFusions); ++i) {
+        const Fusion& f = kFusions[i];
+        if (f.level > level) continue;
+        auto n = f.apply(g);
+        if (!n) return n.status();
+        if (*n == 0) continue;
+        if (Status s = verify(g); !s)
+          return Status(StatusCode::internal, fmt::format("fusion {} left an invalid graph: {}", f.name, s.message()));
+        stats[i].groups += *n;
+        changed = true;
+      }
+    }
+    return stats;
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, "out of memory while fusing");
+  } catch (const std::exception& e) {
+    return Status(StatusCode::internal, fmt::format("fusing failed: {}", e.what()));
+  }
+}
+
+}  // namespace opfuse::graph

@@ -1,0 +1,56 @@
+// src/graph/passes/fusion.hpp - fusions as data: one row per graph rewrite.
+//
+// Each fusion is a row, like a kernel in the registry: a name, the level that enables it, a
+// one-line description and the function that applies it everywhere it matches (a pattern from
+// pattern.hpp plus a rewrite). The same table drives `--fusion LEVEL`, `opfuse fusions`, the
+// tests and the report. A rewrite replaces a matched group by one node whose op and post-op
+// chain the registry already knows, so every stage - naive included - can still run it; a group
+// that does not match exactly is left as it was.
+//
+// Levels include the ones before them: none < basic < advanced < full. This version has the
+// basic level; advanced and full (residual epilogues, skip-layernorm, GELU / LayerNorm
+// recognition, attention, inverted residual blocks, horizontal QKV) are the fusion issue's next
+// steps and enable nothing more yet.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "opfuse/status.hpp"
+#include "src/graph/ir.hpp"
+
+namespace opfuse::graph {
+
+enum class FusionLevel : std::uint8_t { none, basic, advanced, full };
+std::string_view name(FusionLevel level) noexcept;
+std::optional<FusionLevel> fusion_level_from_name(std::string_view name) noexcept;
+
+struct Fusion {
+  std::string_view name;     // "fold_batchnorm_into_conv"
+  FusionLevel level;         // the lowest level that applies it
+  std::string_view summary;  // one line for `opfuse fusions`
+  // Applies the fusion at every match; returns how many groups it rewrote.
+  Result<int> (*apply)(Graph& g);
+};
+
+// Every fusion, in the order they are applied.
+std::span<const Fusion> fusions() noexcept;
+
+struct FusionStats {
+  std::string name;
+  int groups = 0;
+};
+// Applies every fusion of `level` or below, in table order, until none changes the graph.
+// The graph verifies after each fusion (a failed verify is an internal error: a bug in a
+// rewrite). Returns the groups each fusion rewrote.
+Result<std::vector<FusionStats>> apply_fusions(Graph& g, FusionLevel level) noexcept;
+
+// The passes (one file per family).
+Result<int> fold_batchnorm_into_conv(Graph& g);   // conv_bn.cpp
+Result<int> activation_into_conv_gemm(Graph& g);  // activation.cpp
+Result<int> remove_identities(Graph& g);          // activation.cpp
+
+}  // namespace opfuse::graph
