@@ -182,3 +182,29 @@ TEST(FusionBasic, BuiltinModelsFoldEveryBatchnorm) {
 }
 
 }  // namespace
+
+namespace {
+
+// BERT's six linear layers (Q, K, V, attention output, intermediate, output) are MatMul by a
+// constant then Add(bias, .): each becomes a gemm with bias. The residual Adds (their other
+// operand is an activation, not a constant) are near misses and stay.
+TEST(FusionBasic, BertLinearsBecomeGemmsWithBias) {
+  auto bytes = Model::builtin_bytes("bert_layer");
+  ASSERT_TRUE(bytes);
+  std::vector<TensorData> in(2);
+  in[0].name = "hidden_states";
+  in[0].dims = {1, 16, 768};
+  in[0].f32 = rand_vec(16 * 768, 31, -1.f, 1.f);
+  in[1].name = "attention_mask";
+  in[1].dims = {1, 1, 1, 16};
+  in[1].f32.assign(16, 0.f);
+  for (Stage s : {Stage::naive, Stage::simd}) {
+    const Ran none = run_at(*bytes, FusionLevel::none, s, in);
+    const Ran basic = run_at(*bytes, FusionLevel::basic, s, in);
+    EXPECT_EQ(groups(basic, "bias_into_matmul"), 6);
+    ASSERT_EQ(basic.out.size(), 1u);
+    expect_same(basic.out, none.out, fmt::format("bert_layer {}", stage_name(s)));
+  }
+}
+
+}  // namespace

@@ -19,9 +19,12 @@ std::optional<std::vector<int>> match_chain(const Graph& g, int node, const Chai
     if (i > 0) {
       // It must read the previous step's output through the named slot.
       const int prev_out = g.node(matched.back()).outputs[0];
-      if (step.slot < 0 || step.slot >= static_cast<int>(n.inputs.size()) ||
-          n.inputs[static_cast<std::size_t>(step.slot)] != prev_out)
+      if (step.slot < 0) {
+        if (std::find(n.inputs.begin(), n.inputs.end(), prev_out) == n.inputs.end()) return std::nullopt;
+      } else if (step.slot >= static_cast<int>(n.inputs.size()) ||
+                 n.inputs[static_cast<std::size_t>(step.slot)] != prev_out) {
         return std::nullopt;
+      }
     }
     if (step.where && !step.where(g, n)) return std::nullopt;
     matched.push_back(current);

@@ -21,7 +21,7 @@ namespace opfuse::graph {
 
 struct PatternStep {
   std::vector<NodeOp> ops;  // accepted op kinds (empty: any)
-  int slot = 0;             // the input through which this step reads the previous step's output 0
+  int slot = 0;             // the input through which this step reads the previous step's output 0 (-1: any one)
   std::function<bool(const Graph&, const Node&)> where;  // optional extra condition
 };
 using ChainPattern = std::vector<PatternStep>;

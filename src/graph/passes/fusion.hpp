@@ -52,5 +52,6 @@ Result<std::vector<FusionStats>> apply_fusions(Graph& g, FusionLevel level) noex
 Result<int> fold_batchnorm_into_conv(Graph& g);   // conv_bn.cpp
 Result<int> activation_into_conv_gemm(Graph& g);  // activation.cpp
 Result<int> remove_identities(Graph& g);          // activation.cpp
+Result<int> bias_into_matmul(Graph& g);           // matmul_bias.cpp
 
 }  // namespace opfuse::graph
