@@ -208,3 +208,50 @@ TEST(FusionBasic, BertLinearsBecomeGemmsWithBias) {
 }
 
 }  // namespace
+
+namespace {
+
+// advanced: ResNet-50's 16 residual Adds join the conv epilogue, and the 16 ReLUs after them
+// then join too (49 activations in all); MobileNetV2's 10 residual Adds (no ReLU after them).
+TEST(FusionAdvanced, ResidualAddsJoinTheConvEpilogue) {
+  struct Want {
+    const char* model;
+    int residual, act;
+  };
+  for (const Want w : {Want{"resnet50", 16, 49}, Want{"mobilenet_v2", 10, 35}}) {
+    auto bytes = Model::builtin_bytes(w.model);
+    ASSERT_TRUE(bytes);
+    const auto in = inputs_for(*bytes, 41);
+    for (Stage s : {Stage::simd, Stage::fused}) {
+      const Ran none = run_at(*bytes, FusionLevel::none, s, in);
+      const Ran adv = run_at(*bytes, FusionLevel::advanced, s, in);
+      EXPECT_EQ(groups(adv, "residual_add_into_conv"), w.residual) << w.model;
+      EXPECT_EQ(groups(adv, "activation_into_conv_gemm"), w.act) << w.model;
+      ASSERT_EQ(adv.out.size(), 1u);
+      double rms = 0;
+      for (float x : none.out[0].f32) rms += double(x) * x;
+      rms = std::sqrt(rms / none.out[0].f32.size());
+      const check::OutputCheck c = check::compare_output(adv.out[0], none.out[0], check::Tolerance{1e-3 * rms, 1e-3});
+      EXPECT_TRUE(c.ok) << w.model << " " << stage_name(s) << ": " << c.reason;
+    }
+  }
+}
+
+TEST(FusionAdvanced, BroadcastAddAfterConvStays) {
+  // conv -> Add(., per-channel (1,4,1,1) constant): not a same-shaped residual, so no epilogue.
+  ModelBuilder b;
+  b.input("x", {1, 3, 6, 6});
+  b.weight("w", {4, 3, 1, 1}, rand_vec(12, 51, -1.f, 1.f));
+  b.weight("shift", {1, 4, 1, 1}, rand_vec(4, 52, -1.f, 1.f));
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Add", {"c", "shift"}, {"y"});
+  b.output("y", {1, 4, 6, 6});
+  const std::string bytes = b.bytes();
+  const auto in = inputs_for(bytes, 53);
+  const Ran none = run_at(bytes, FusionLevel::none, Stage::fused, in);
+  const Ran adv = run_at(bytes, FusionLevel::advanced, Stage::fused, in);
+  EXPECT_EQ(groups(adv, "residual_add_into_conv"), 0);
+  expect_same(adv.out, none.out, "broadcast add");
+}
+
+}  // namespace

@@ -129,7 +129,8 @@ class Model {
 
 // Graph fusion levels (`opfuse fusions` lists what each enables); each includes the ones before.
 // basic: identities removed, batch norm folded into conv weights, activations into the conv /
-// gemm post-op chain. advanced and full enable nothing more yet (the fusion issue's next steps).
+// gemm post-op chain, MatMul + bias into gemm. advanced so far: the residual add epilogue of a
+// conv. full enables nothing more yet (the fusion issue's next steps).
 enum class FusionLevel : std::uint8_t { none, basic, advanced, full };
 std::string_view fusion_level_name(FusionLevel level) noexcept;
 

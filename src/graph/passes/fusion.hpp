@@ -8,9 +8,9 @@
 // that does not match exactly is left as it was.
 //
 // Levels include the ones before them: none < basic < advanced < full. This version has the
-// basic level; advanced and full (residual epilogues, skip-layernorm, GELU / LayerNorm
-// recognition, attention, inverted residual blocks, horizontal QKV) are the fusion issue's next
-// steps and enable nothing more yet.
+// basic level and the first advanced fusion (the residual add epilogue); the rest of advanced
+// (skip-layernorm, GELU / LayerNorm recognition, eltwise chains, conv + relu + maxpool) and full
+// (attention, inverted residual blocks, horizontal QKV) are the fusion issue's next steps.
 #pragma once
 
 #include <optional>
@@ -53,5 +53,6 @@ Result<int> fold_batchnorm_into_conv(Graph& g);   // conv_bn.cpp
 Result<int> activation_into_conv_gemm(Graph& g);  // activation.cpp
 Result<int> remove_identities(Graph& g);          // activation.cpp
 Result<int> bias_into_matmul(Graph& g);           // matmul_bias.cpp
+Result<int> residual_add_into_conv(Graph& g);     // residual.cpp
 
 }  // namespace opfuse::graph
