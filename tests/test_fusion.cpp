@@ -173,10 +173,7 @@ TEST(FusionBasic, BuiltinModelsFoldEveryBatchnorm) {
     EXPECT_EQ(groups(basic, "activation_into_conv_gemm"), w.act) << w.model;
     EXPECT_EQ(basic.nodes, none.nodes - w.bn - w.act) << w.model;
     ASSERT_EQ(basic.out.size(), 1u);
-    double rms = 0;
-    for (float x : none.out[0].f32) rms += double(x) * x;
-    rms = std::sqrt(rms / none.out[0].f32.size());
-    const check::OutputCheck c = check::compare_output(basic.out[0], none.out[0], check::Tolerance{1e-3 * rms, 1e-3});
+    const check::OutputCheck c = opfuse::testing::compare_deep(basic.out[0], none.out[0]);
     EXPECT_TRUE(c.ok) << w.model << ": " << c.reason;
   }
 }
@@ -228,10 +225,7 @@ TEST(FusionAdvanced, ResidualAddsJoinTheConvEpilogue) {
       EXPECT_EQ(groups(adv, "residual_add_into_conv"), w.residual) << w.model;
       EXPECT_EQ(groups(adv, "activation_into_conv_gemm"), w.act) << w.model;
       ASSERT_EQ(adv.out.size(), 1u);
-      double rms = 0;
-      for (float x : none.out[0].f32) rms += double(x) * x;
-      rms = std::sqrt(rms / none.out[0].f32.size());
-      const check::OutputCheck c = check::compare_output(adv.out[0], none.out[0], check::Tolerance{1e-3 * rms, 1e-3});
+      const check::OutputCheck c = opfuse::testing::compare_deep(adv.out[0], none.out[0]);
       EXPECT_TRUE(c.ok) << w.model << " " << stage_name(s) << ": " << c.reason;
     }
   }

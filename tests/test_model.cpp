@@ -54,17 +54,11 @@ Result<std::vector<TensorData>> run_model(const Model& m, Stage stage, const std
   return plan->run(refs_of(in));
 }
 
-// Deep random networks accumulate rounding through 50+ layers: the stages are compared with
-// the model comparator's rtol, and an atol scaled to the output's magnitude (1e-3 of its RMS).
 void expect_close(const std::vector<TensorData>& out, const std::vector<TensorData>& ref, const std::string& what) {
   ASSERT_EQ(out.size(), ref.size()) << what;
   for (std::size_t i = 0; i < out.size(); ++i) {
-    double rms = 0;
-    for (float x : ref[i].f32) rms += double(x) * x;
-    rms = std::sqrt(rms / std::max<std::size_t>(1, ref[i].f32.size()));
-    const check::OutputCheck c = check::compare_output(out[i], ref[i], check::Tolerance{1e-3 * rms, 1e-3});
-    EXPECT_TRUE(c.ok) << what << " output " << i << ": " << c.reason << " (max abs " << c.max_abs << ", rms " << rms
-                      << ")";
+    const check::OutputCheck c = opfuse::testing::compare_deep(out[i], ref[i]);
+    EXPECT_TRUE(c.ok) << what << " output " << i << ": " << c.reason << " (max abs " << c.max_abs << ")";
   }
 }
 

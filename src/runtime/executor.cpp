@@ -366,29 +366,14 @@ Status Specialization::build_steps(const CompileOptions& options) {
         st.prim = std::move(*prim);
       } else {
         // One gemm per output batch; size-1 batch dims of either operand repeat.
-        const std::vector<std::int64_t>& y = dims_[static_cast<std::size_t>(n.outputs[0])];
-        const std::size_t r = std::max(a.size(), b.size()) - 2;
-        std::vector<std::int64_t> ob(r);
-        auto dim_at = [&](const std::vector<std::int64_t>& x, std::size_t i) {
-          const std::size_t rx = x.size() - 2;
-          return i + rx >= r ? x[i + rx - r] : std::int64_t{1};
-        };
-        std::int64_t batches = 1;
-        for (std::size_t i = 0; i < r; ++i) batches *= (ob[i] = std::max(dim_at(a, i), dim_at(b, i)));
-        (void)y;
+        const MatmulGeometry mg =
+            matmul_geometry(dims_[static_cast<std::size_t>(n.inputs[0])], dims_[static_cast<std::size_t>(n.inputs[1])]);
         d.inputs = {TensorDesc{Shape{M, K}}, TensorDesc{Shape{K, N}}};
-        st.mm.reserve(static_cast<std::size_t>(batches) * 3);
-        for (std::int64_t bi = 0; bi < batches; ++bi) {
-          std::int64_t rem = bi, ao = 0, bo = 0, as = 1, bs = 1;
-          for (std::size_t i = r; i-- > 0;) {
-            const std::int64_t idx = rem % ob[i];
-            rem /= ob[i];
-            ao += (dim_at(a, i) == 1 ? 0 : idx) * as;
-            bo += (dim_at(b, i) == 1 ? 0 : idx) * bs;
-            as *= dim_at(a, i);
-            bs *= dim_at(b, i);
-          }
-          if (Status s = add_call(pa + ao * M * K, pb + bo * K * N, py + bi * M * N, M); !s) return s;
+        st.mm.reserve(mg.batches.size() * 3);
+        for (std::size_t bi = 0; bi < mg.batches.size(); ++bi) {
+          const auto [ao, bo] = mg.batches[bi];
+          if (Status s = add_call(pa + ao * M * K, pb + bo * K * N, py + static_cast<std::int64_t>(bi) * M * N, M); !s)
+            return s;
         }
         auto prim = prepare(d, ctx);
         if (!prim) return node_error(n, prim.status().code(), prim.status().message());

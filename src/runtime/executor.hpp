@@ -64,10 +64,9 @@ class Specialization {
  private:
   std::unique_ptr<float, AlignedDelete> arena_;
   std::unique_ptr<float, AlignedDelete> workspace_;  // the largest step's; shared by all
-  std::vector<Tensor> views_;                        // per value id: its f32 tensor (registry view shape)
   std::vector<void*> data_;                          // per value id: where its elements are
   std::vector<std::vector<std::int64_t>> dims_;
-  std::vector<std::unique_ptr<Tensor>> extra_;  // registry views with another shape than views_
+  std::vector<std::unique_ptr<Tensor>> extra_;  // the registry steps' tensor views (stable addresses)
   Status build_steps(const CompileOptions& options);
   Status plan_memory(const CompileOptions& options);
 };

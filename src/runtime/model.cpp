@@ -258,6 +258,8 @@ struct Plan::Impl {
   std::vector<int> output_index;
 
   Status match(std::span<const TensorRef> in, bool need_data);
+  template <class Emit>
+  bool walk_key(std::span<const TensorRef> in, Emit emit) const;
   bool key_matches(const Specialization& sp, std::span<const TensorRef> in) const;
   std::vector<std::int64_t> make_key(std::span<const TensorRef> in) const;
   Result<Specialization*> specialize(std::span<const TensorRef> in);
@@ -380,43 +382,39 @@ Status Plan::Impl::match(std::span<const TensorRef> in, bool need_data) {
   return Status::ok();
 }
 
+// The cache key of these inputs, one value at a time: per input its rank, its dims and, when
+// its values decide shapes, those values. emit(v) returns false to stop early.
+template <class Emit>
+bool Plan::Impl::walk_key(std::span<const TensorRef> in, Emit emit) const {
+  for (std::size_t m = 0; m < input_index.size(); ++m) {
+    const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
+    if (!emit(static_cast<std::int64_t>(t.dims.size()))) return false;
+    std::int64_t n = 1;
+    for (std::int64_t d : t.dims) {
+      if (!emit(d)) return false;
+      n *= d;
+    }
+    if (!model.impl_->steering[m]) continue;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!emit(t.type == ElementType::i64 ? static_cast<const std::int64_t*>(t.data)[i]
+                                           : static_cast<const std::uint8_t*>(t.data)[i]))
+        return false;
+  }
+  return true;
+}
+
 bool Plan::Impl::key_matches(const Specialization& sp, std::span<const TensorRef> in) const {
   std::size_t p = 0;
   const auto& key = sp.key;
-  for (std::size_t m = 0; m < input_index.size(); ++m) {
-    const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
-    if (p >= key.size() || key[p++] != static_cast<std::int64_t>(t.dims.size())) return false;
-    std::int64_t n = 1;
-    for (std::int64_t d : t.dims) {
-      if (p >= key.size() || key[p++] != d) return false;
-      n *= d;
-    }
-    if (model.impl_->steering[m]) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t v = t.type == ElementType::i64 ? static_cast<const std::int64_t*>(t.data)[i]
-                                                          : static_cast<const std::uint8_t*>(t.data)[i];
-        if (p >= key.size() || key[p++] != v) return false;
-      }
-    }
-  }
-  return p == key.size();
+  return walk_key(in, [&](std::int64_t v) { return p < key.size() && key[p++] == v; }) && p == key.size();
 }
 
 std::vector<std::int64_t> Plan::Impl::make_key(std::span<const TensorRef> in) const {
   std::vector<std::int64_t> key;
-  for (std::size_t m = 0; m < input_index.size(); ++m) {
-    const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
-    key.push_back(static_cast<std::int64_t>(t.dims.size()));
-    std::int64_t n = 1;
-    for (std::int64_t d : t.dims) {
-      key.push_back(d);
-      n *= d;
-    }
-    if (model.impl_->steering[m])
-      for (std::int64_t i = 0; i < n; ++i)
-        key.push_back(t.type == ElementType::i64 ? static_cast<const std::int64_t*>(t.data)[i]
-                                                 : static_cast<const std::uint8_t*>(t.data)[i]);
-  }
+  walk_key(in, [&](std::int64_t v) {
+    key.push_back(v);
+    return true;
+  });
   return key;
 }
 

@@ -33,6 +33,16 @@ bool runs_on_registry(const graph::Graph& g, const graph::Node& n);
 // as shape (1), the 1-D forms of conv2d / pools as (N, C, 1, L). Errors name the node.
 Result<OpDesc> registry_desc(const graph::Graph& g, const graph::Node& n);
 
+// MatMul's geometry under NumPy's rules, for valid operand dims (shape inference checked them):
+// 1-D operands promoted, y (batches, M, N) = a (.., M, K) x b (.., K, N), and for each output
+// batch the index of the (M, K) matrix of a and the (K, N) matrix of b it multiplies (size-1
+// batch dims repeat).
+struct MatmulGeometry {
+  std::int64_t M = 0, K = 0, N = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> batches;  // (a matrix, b matrix) per y matrix
+};
+MatmulGeometry matmul_geometry(std::vector<std::int64_t> a, std::vector<std::int64_t> b);
+
 // Dims of a value; invalid_argument naming it when they are not all static.
 Result<std::vector<std::int64_t>> static_dims(const graph::Value& v);
 

@@ -67,37 +67,13 @@ Result<std::vector<std::int64_t>> matmul_dims(const Node& n, std::vector<std::in
 
 // Naive matmul on constants (folding only; the executor runs gemm primitives).
 void matmul_naive(const float* a, const std::vector<std::int64_t>& ad, const float* b,
-                  const std::vector<std::int64_t>& bd, float* y, const std::vector<std::int64_t>& yd) {
-  std::vector<std::int64_t> A = ad, B = bd;
-  if (A.size() == 1) A.insert(A.begin(), 1);
-  if (B.size() == 1) B.push_back(1);
-  const std::int64_t M = A[A.size() - 2], K = A.back(), N = B.back();
-  // Batch index of the output, decomposed and re-composed for each operand (size-1 dims repeat).
-  std::int64_t batches = 1;
-  const std::size_t r = std::max(A.size(), B.size()) - 2;
-  std::vector<std::int64_t> ob(r);
-  for (std::size_t i = 0; i < r; ++i) {
-    const std::int64_t da = i + A.size() - 2 >= r ? A[i + A.size() - 2 - r] : 1;
-    const std::int64_t db = i + B.size() - 2 >= r ? B[i + B.size() - 2 - r] : 1;
-    ob[i] = std::max(da, db);
-    batches *= ob[i];
-  }
-  (void)yd;
-  for (std::int64_t bi = 0; bi < batches; ++bi) {
-    std::int64_t rem = bi, ao = 0, bo = 0, as = 1, bs = 1;
-    for (std::size_t i = r; i-- > 0;) {
-      const std::int64_t idx = rem % ob[i];
-      rem /= ob[i];
-      const std::int64_t da = i + A.size() - 2 >= r ? A[i + A.size() - 2 - r] : 1;
-      const std::int64_t db = i + B.size() - 2 >= r ? B[i + B.size() - 2 - r] : 1;
-      ao += (da == 1 ? 0 : idx) * as;
-      bo += (db == 1 ? 0 : idx) * bs;
-      as *= da;
-      bs *= db;
-    }
-    const float* pa = a + ao * M * K;
-    const float* pb = b + bo * K * N;
-    float* py = y + bi * M * N;
+                  const std::vector<std::int64_t>& bd, float* y) {
+  const MatmulGeometry mg = matmul_geometry(ad, bd);
+  const std::int64_t M = mg.M, K = mg.K, N = mg.N;
+  for (std::size_t bi = 0; bi < mg.batches.size(); ++bi) {
+    const float* pa = a + mg.batches[bi].first * M * K;
+    const float* pb = b + mg.batches[bi].second * K * N;
+    float* py = y + static_cast<std::int64_t>(bi) * M * N;
     // y (M, N) = a (M, K) * b (K, N)
     for (std::int64_t m = 0; m < M; ++m)
       for (std::int64_t j = 0; j < N; ++j) {
@@ -146,6 +122,37 @@ Result<std::vector<std::int64_t>> static_dims(const Value& v) {
     d.push_back(x.value);
   }
   return d;
+}
+
+MatmulGeometry matmul_geometry(std::vector<std::int64_t> a, std::vector<std::int64_t> b) {
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  MatmulGeometry mg;
+  mg.M = a[a.size() - 2];
+  mg.K = a.back();
+  mg.N = b.back();
+  const std::size_t ra = a.size() - 2, rb = b.size() - 2, r = std::max(ra, rb);
+  // Batch dim i of the output, right-aligned, and each operand's (1 where it has none).
+  auto dim_at = [&](const std::vector<std::int64_t>& x, std::size_t rx, std::size_t i) {
+    return i + rx >= r ? x[i + rx - r] : std::int64_t{1};
+  };
+  std::int64_t batches = 1;
+  for (std::size_t i = 0; i < r; ++i) batches *= std::max(dim_at(a, ra, i), dim_at(b, rb, i));
+  mg.batches.reserve(static_cast<std::size_t>(batches));
+  for (std::int64_t bi = 0; bi < batches; ++bi) {
+    std::int64_t rem = bi, ao = 0, bo = 0, as = 1, bs = 1;
+    for (std::size_t i = r; i-- > 0;) {
+      const std::int64_t da = dim_at(a, ra, i), db = dim_at(b, rb, i);
+      const std::int64_t idx = rem % std::max(da, db);
+      rem /= std::max(da, db);
+      ao += (da == 1 ? 0 : idx) * as;
+      bo += (db == 1 ? 0 : idx) * bs;
+      as *= da;
+      bs *= db;
+    }
+    mg.batches.emplace_back(ao, bo);
+  }
+  return mg;
 }
 
 Result<OpDesc> registry_desc(const Graph& g, const Node& n) {
@@ -201,20 +208,7 @@ Status fold_node(Graph& g, int id, const std::vector<TensorInfo>& outs) {
     else
       i64[o].assign(static_cast<std::size_t>(outs[o].numel()), 0);
   }
-  if (n.op == NodeOp::shape) {
-    // dims[start:end] of the input (ONNX clamps both ends); its data is never read.
-    const auto& dims = g.value(n.inputs[0]).dims;
-    const auto r = static_cast<std::int64_t>(dims.size());
-    std::int64_t start = 0, end = r;
-    if (const auto* s = n.attr<std::int64_t>("start")) start = *s;
-    if (const auto* e = n.attr<std::int64_t>("end")) end = *e;
-    if (start < 0) start += r;
-    if (end < 0) end += r;
-    start = std::clamp<std::int64_t>(start, 0, r);
-    end = std::clamp<std::int64_t>(end, 0, r);
-    i64[0].clear();
-    for (std::int64_t i = start; i < end; ++i) i64[0].push_back(dims[static_cast<std::size_t>(i)].value);
-  } else if (runs_on_registry(g, n)) {
+  if (runs_on_registry(g, n)) {
     auto desc = registry_desc(g, n);
     if (!desc) return desc.status();
     std::vector<Tensor> in, out;
@@ -239,8 +233,9 @@ Status fold_node(Graph& g, int id, const std::vector<TensorInfo>& outs) {
   } else if (n.op == NodeOp::matmul) {
     const Value& a = g.value(n.inputs[0]);
     const Value& b = g.value(n.inputs[1]);
-    matmul_naive(a.f32_data->data(), *static_dims(a), b.f32_data->data(), *static_dims(b), f32[0].data(), outs[0].dims);
+    matmul_naive(a.f32_data->data(), *static_dims(a), b.f32_data->data(), *static_dims(b), f32[0].data());
   } else if (is_host_op(n.op)) {
+    // Shape's input need not be a constant: its run reads the dims only (data stays nullptr).
     std::vector<HostTensor> in, out;
     for (int v : n.inputs) in.push_back(v < 0 ? HostTensor{} : host_view(g.value(v), *static_dims(g.value(v))));
     for (std::size_t o = 0; o < outs.size(); ++o) {
