@@ -34,6 +34,9 @@ FULL=(
   python3 python3-matplotlib       # report rendering and its charts
   qemu-user                        # the tests run on emulated CPUs without AVX-512 (Haswell, Nehalem)
   libonnx-testdata                 # ONNX's backend test models and data: the conformance tests
+  python3-torch python3-torchvision  # PyTorch: a whole-model peer (scripts/bench-peers.sh)
+  libopenblas0-openmp              # PyTorch's BLAS (Debian's default libblas3 is the reference one)
+  graphviz                         # `opfuse run --dot` renders the fused graph to SVG with dot
 )
 
 minimal=0
@@ -51,11 +54,23 @@ if [ "$list" -eq 1 ]; then
   exit 0
 fi
 
+# ONNX Runtime, the other whole-model peer, comes from the npm registry (scripts/peers, after
+# the Debian packages); Node.js and npm come from Debian unless the machine already has an npm.
+if [ "$minimal" -eq 0 ] && ! command -v npm >/dev/null 2>&1; then PACKAGES+=(nodejs npm); fi
+install_peers() {
+  [ "$minimal" -eq 0 ] || return 0
+  [ -d "$(dirname "$0")/peers/node_modules/onnxruntime-node" ] && return 0
+  # Its install script only fetches optional GPU libraries. Without a network it is skipped.
+  (cd "$(dirname "$0")/peers" && npm ci --ignore-scripts) ||
+    echo "setup: warning: npm ci in scripts/peers failed; the ONNX Runtime peer will be skipped" >&2
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
+  install_peers
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ]; then

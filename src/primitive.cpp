@@ -1,6 +1,7 @@
 // src/primitive.cpp - kernel selection, prepare once / execute many, tensor validation.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -71,6 +72,8 @@ const KernelDef* select_kernel(const OpDesc& desc, const Context& ctx) noexcept 
   for (int s = static_cast<int>(ctx.stage); s >= 0; --s) {
     for (const KernelDef& k : kernels()) {
       if (k.op != desc.op || k.impl != static_cast<Impl>(s) || kernel_isa(k) > isa) continue;
+      if (std::find(ctx.excluded_kernels.begin(), ctx.excluded_kernels.end(), k.name) != ctx.excluded_kernels.end())
+        continue;
       bool ok = true;
       try {
         ok = !k.supports || k.supports(desc);

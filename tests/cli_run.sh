@@ -32,7 +32,7 @@ fi
 expect 2 "$OPF" run "$W/no_such_file.onnx"
 expect 2 "$OPF" run mobilenet_v2 --fusion turbo
 expect 0 "$OPF" run mobilenet_v2 --fusion basic --stage simd --warmup 0 --repeat 1
-grep -q "fold_batchnorm_into_conv x52" "$W/out.txt" || { echo "FAIL: --fusion basic folded no batch norm"; fails=$((fails + 1)); }
+grep -q "fold_batchnorm_into_conv *x52" "$W/out.txt" || { echo "FAIL: --fusion basic folded no batch norm"; fails=$((fails + 1)); }
 expect 0 "$OPF" fusions --json
 grep -q '"level": "basic"' "$W/out.txt" || { echo "FAIL: opfuse fusions --json lacks the basic level"; fails=$((fails + 1)); }
 expect 2 "$OPF" run resnet50 --stage turbo
@@ -44,9 +44,21 @@ expect 2 "$OPF" run "$W/junk.onnx"
 # a declared (symbolic) dim bound so large the activations exceed the budget: refused up front
 expect 2 "$OPF" run bert_layer --dim seq=10000000 --memory-budget 1000000000 --repeat 1
 expect 0 "$OPF" run bert_layer --dim seq=16 --warmup 0 --repeat 2 --json --outputs "$W/bert_out"
-for key in latency_ms latency_min_ms peak_bytes nodes stage; do
+for key in latency_ms latency_min_ms peak_bytes nodes stage fusion nodes_before nodes_after fused fallbacks; do
   grep -q "\"$key\"" "$W/out.txt" || { echo "FAIL: --json lacks $key"; fails=$((fails + 1)); }
 done
+# every fused group against its unfused nodes; the fused graph as DOT and as ONNX
+expect 0 "$OPF" run bert_layer --dim seq=16 --warmup 0 --repeat 1 --verify-fusion --dot "$W/bert.dot" \
+  --save-optimized "$W/bert_fused.onnx"
+grep -q "ok   attention_subgraph" "$W/out.txt" || { echo "FAIL: --verify-fusion checked no attention group"; fails=$((fails + 1)); }
+grep -q "subgraph cluster_" "$W/bert.dot" || { echo "FAIL: --dot wrote no fused cluster"; fails=$((fails + 1)); }
+[ -s "$W/bert_fused.onnx" ] || { echo "FAIL: --save-optimized wrote nothing"; fails=$((fails + 1)); }
+# a kernel excluded so the fused block has only naive: the fusion falls back, the run succeeds
+expect 0 "$OPF" run mobilenet_v2 --warmup 0 --repeat 1 --exclude-kernel inverted_residual__fused_avx512 \
+  --exclude-kernel inverted_residual__fused_avx2 --exclude-kernel inverted_residual__fused_sse2 \
+  --exclude-kernel inverted_residual__simd_avx512 --exclude-kernel inverted_residual__simd_avx2 \
+  --exclude-kernel inverted_residual__simd_sse2
+grep -q "fallback: inverted_residual_block" "$W/out.txt" || { echo "FAIL: no fallback reported"; fails=$((fails + 1)); }
 [ -f "$W/bert_out/output_0.pb" ] || { echo "FAIL: --outputs wrote no output_0.pb"; fails=$((fails + 1)); }
 if [ "$fails" -ne 0 ]; then
   echo "cli_run: $fails failures"

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace opfuse {
 
@@ -42,6 +44,9 @@ struct Context {
   // (Primitive::execute with a workspace), so that a caller running many primitives in turn
   // can share one buffer among them.
   bool own_workspace = true;
+  // Kernels never to select, by name ("inverted_residual__fused_avx512"): for A/B runs, for
+  // working around a kernel, and for testing what happens when one declines.
+  std::vector<std::string> excluded_kernels{};
 };
 
 // min(cpu_isa(), env_isa_cap(), ctx.max_isa).

@@ -129,20 +129,49 @@ class Model {
 
 // Graph fusion levels (`opfuse fusions` lists what each enables); each includes the ones before.
 // basic: identities removed, batch norm folded into conv weights, activations into the conv /
-// gemm post-op chain, MatMul + bias into gemm. advanced so far: the residual add epilogue of a
-// conv. full enables nothing more yet (the fusion issue's next steps).
+// gemm post-op chain, MatMul + bias into gemm. advanced: residual adds into the conv epilogue,
+// GELU and LayerNorm recognized from their decompositions, add + LayerNorm in one pass, conv +
+// max pool, reshape / transpose pairs collapsed, elementwise chains. full: attention subgraphs
+// into flash attention, MobileNetV2 blocks into one inverted_residual.
 enum class FusionLevel : std::uint8_t { none, basic, advanced, full };
 std::string_view fusion_level_name(FusionLevel level) noexcept;
 
 struct CompileOptions {
-  Stage stage = Stage::fused;  // the highest stage; lower stages serve what it declines
-  // none runs the graph as imported. The default moves to full once every level is in.
-  FusionLevel fusion = FusionLevel::none;
-  int threads = 0;  // 0: all cores
+  Stage stage = Stage::fused;              // the highest stage; lower stages serve what it declines
+  FusionLevel fusion = FusionLevel::full;  // none runs the graph as imported
+  int threads = 0;                         // 0: all cores
   Isa max_isa = Isa::avx512;
   // Weights + arena of one specialization may not exceed this; checked before allocating.
   std::uint64_t memory_budget = 16ull << 30;
   int max_cached_shapes = 8;  // specializations kept; the least recently used one goes first
+  // Kernels never to select (Context::excluded_kernels).
+  std::vector<std::string> excluded_kernels{};
+};
+
+// One fused group of a specialization: nodes of the fused graph that together do the work of a
+// set of nodes of the graph before fusion.
+struct FusedGroup {
+  std::string pattern;                // the fusions that built it, "+"-joined in order
+  std::vector<std::string> nodes;     // its nodes in the fused graph
+  std::vector<std::string> replaced;  // the nodes of the unfused graph it replaced
+};
+
+// A fusion undone because the fused node's kernel declined it at the plan's stage (only the
+// naive kernel, or none, accepted it): those nodes run unfused instead.
+struct FusionFallback {
+  std::string pattern;                // the fusion refused for these nodes
+  std::string node;                   // the fused node that was declined
+  std::vector<std::string> replaced;  // the unfused nodes that run instead
+  std::string reason;
+};
+
+// --verify-fusion: one fused group run on the inputs its unfused subgraph saw in an unfused run
+// of the same inputs, against that subgraph's outputs.
+struct GroupCheck {
+  FusedGroup group;
+  bool ok = false;
+  double max_abs_error = 0, max_normalized_error = 0;
+  std::string reason;  // the first mismatch, or why the group could not be run
 };
 
 // Time of one node in a profile.
@@ -153,6 +182,8 @@ struct NodeTime {
   double median_ms = 0;          // run on its own, repeatedly, like a kernel benchmark (warm caches)
   double in_plan_median_ms = 0;  // timed where it stands in whole runs of the plan
   double cold_median_ms = 0;     // on its own, caches flushed (as many bytes as the plan uses) first
+  double flops = 0;              // modeled work (op_cost of its desc)
+  double bytes = 0;              // modeled bytes read and written
 };
 
 class Plan {
@@ -173,14 +204,32 @@ class Plan {
   Result<std::vector<ValueInfo>> output_infos(std::span<const TensorRef> inputs) noexcept;
 
   // About the specialization the last run (or output_infos) used:
-  std::string dump_graph() const;   // planned graph: layouts, conversions, kernels
-  int node_count() const noexcept;  // nodes executed per run
+  std::string dump_graph() const;        // planned graph: layouts, conversions, kernels
+  int node_count() const noexcept;       // nodes executed per run
+  int kernel_launches() const noexcept;  // of those, the ones that do work (not views)
   std::uint64_t weight_bytes() const noexcept;
   std::uint64_t arena_bytes() const noexcept;
   std::uint64_t peak_bytes() const noexcept;  // weights + arena + kernel workspaces
+  double modeled_flops() const noexcept;      // one run, summed over the nodes
+  double modeled_bytes() const noexcept;      // bytes moved by one run, summed over the nodes
   int cached_shapes() const noexcept;
   // The fusions applied to that specialization and the groups each rewrote (table order).
   std::vector<std::pair<std::string, int>> fusions_applied() const;
+  std::vector<std::pair<std::string, int>> fusion_nodes_removed() const;  // per fusion, table order
+  std::vector<FusedGroup> fused_groups() const;
+  std::vector<FusionFallback> fallbacks() const;
+  int nodes_before_fusion() const noexcept;  // live graph nodes, before and after fusion
+  int nodes_after_fusion() const noexcept;   // (layout conversions not counted)
+  std::string dump_graph_before_fusion() const;
+  // The fused graph as Graphviz DOT: one box per node, the fused groups as clusters labelled
+  // with their pattern.
+  std::string fused_graph_dot() const;
+  // The fused graph as a serialized ONNX model: standard ops as themselves, the registry ops
+  // (fused or not) as nodes of the "opfuse" domain with their parameters as attributes.
+  Result<std::string> optimized_model() const noexcept;
+  // Runs the unfused graph on `inputs`, then each fused group on the values its unfused nodes
+  // read there, and compares the group's outputs with theirs (opfuse check's model tolerance).
+  Result<std::vector<GroupCheck>> verify_fusion(std::span<const TensorRef> inputs) noexcept;
   // Times every node, in execution order: `repeat` whole runs timed step by step, then each
   // node on its own `repeat` times (on the current arena contents: call after a run). Medians.
   Result<std::vector<NodeTime>> profile(int repeat) noexcept;

@@ -282,7 +282,7 @@ int run(int argc, char** argv) {
   runc->add_option("model", ra.model, "Model file or built-in name")->required();
   runc->add_option("--stage", ra.stage, fmt::format("Highest stage: {} (default fused)", stage_list()));
   runc->add_option("--threads", ra.threads, "Kernel threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  runc->add_option("--fusion", ra.fusion, "Graph fusion level: none (default), basic, advanced, full");
+  runc->add_option("--fusion", ra.fusion, "Graph fusion level: none, basic, advanced, full (default)");
   runc->add_option("--inputs", ra.inputs_dir, "Directory with input_<i>.pb (ONNX test-data layout)")->type_name("DIR");
   runc->add_option("--outputs", ra.outputs_dir, "Write output_<i>.pb here")->type_name("DIR");
   runc->add_flag("--check", ra.check, "Compare with the output_<i>.pb of --inputs (exit 1 on a mismatch)");
@@ -293,8 +293,18 @@ int run(int argc, char** argv) {
       ->type_name("SYM=N");
   runc->add_option("--memory-budget", ra.memory_budget, "Bytes of weights + activations allowed (default 16 GiB)")
       ->type_name("BYTES");
-  runc->add_flag("--dump-graph", ra.dump_graph, "Print the planned graph: one line per node, layouts, kernels");
-  runc->add_flag("--profile", ra.profile, "Also time every node on its own and compare the sum with the plan");
+  runc->add_flag("--dump-graph", ra.dump_graph,
+                 "Print the graph before fusion, then the planned one: one line per node, layouts, kernels");
+  runc->add_flag("--verify-fusion", ra.verify_fusion,
+                 "Run every fused group against its unfused nodes on the same inputs (exit 1 over tolerance)");
+  runc->add_option("--dot", ra.dot_file, "Write the fused graph as Graphviz DOT (and FILE.svg with graphviz)")
+      ->type_name("FILE");
+  runc->add_option("--save-optimized", ra.save_optimized,
+                   "Write the fused graph as an ONNX model (fused nodes in the opfuse domain)")
+      ->type_name("FILE");
+  runc->add_option("--exclude-kernel", ra.excluded_kernels, "Never select this kernel (repeatable)")->type_name("NAME");
+  runc->add_flag("--profile", ra.profile,
+                 "Time every node (hottest first: share, GFLOP/s, GB/s, % of roofline) and compare with the plan");
   runc->add_flag("--json", ra.json, "Print latency_ms, latency_min_ms, peak_bytes, nodes, stage, ... as JSON");
   bool fusions_json = false;
   CLI::App* fusionsc = app.add_subcommand("fusions", "The graph fusions: name, level, what each rewrites");

@@ -23,14 +23,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "bench/roofline.hpp"
 #include "check/check.hpp"
 #include "opfuse/model.hpp"
+#include "opfuse/registry.hpp"
 #include "src/graph/passes/fusion.hpp"
 
 namespace opfuse::cli {
@@ -56,6 +59,43 @@ int fail(const Status& s) {
 }
 
 bool on_terminal() { return isatty(STDERR_FILENO) != 0; }
+
+// Per-node rates of a profile: share of the plan's in-plan time, GFLOP/s and GB/s from the
+// node's modeled work, and % of the roofline bound at its arithmetic intensity (the bandwidth
+// for a node with no arithmetic).
+struct NodeRates {
+  double share = 0, gflops = 0, gbs = 0, roof_pct = 0;
+};
+
+std::size_t llc_bytes() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<std::size_t>(l3) : std::size_t{32} << 20;
+}
+
+Status write_file(const std::string& path, const std::string& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return {StatusCode::invalid_argument, fmt::format("cannot write '{}'", path)};
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (std::fclose(f) != 0 || !ok) return {StatusCode::invalid_argument, fmt::format("cannot write '{}'", path)};
+  return Status::ok();
+}
+
+// The fused graph as DOT, then rendered to FILE.svg by Graphviz's `dot` when it is installed.
+Status write_dot(const Plan& plan, const std::string& path, bool quiet) {
+  if (Status s = write_file(path, plan.fused_graph_dot()); !s) return s;
+  const std::string svg = path + ".svg";
+  const bool have_dot = std::system("command -v dot >/dev/null 2>&1") == 0;
+  bool rendered = false;
+  if (have_dot) {
+    const std::string cmd = fmt::format("dot -Tsvg '{}' -o '{}'", path, svg);
+    rendered = path.find('\'') == std::string::npos && std::system(cmd.c_str()) == 0;
+  }
+  if (!quiet)
+    std::fprintf(stderr, "wrote %s%s\n", path.c_str(),
+                 rendered ? fmt::format(" and {}", svg).c_str()
+                          : (have_dot ? " (dot failed to render it)" : " (install graphviz to render it)"));
+  return Status::ok();
+}
 
 // The process's peak resident memory, as the kernel counts it: what the plan's own figure
 // (weights + arena + workspace) leaves out - the kernels' packed weight copies, the loader's
@@ -196,6 +236,7 @@ int cmd_run(const RunArgs& a) {
   co.fusion = static_cast<FusionLevel>(*fusion);
   co.threads = a.threads;
   co.memory_budget = a.memory_budget;
+  co.excluded_kernels = a.excluded_kernels;
   auto plan = Plan::compile(*model, co);
   if (!plan) return fail(plan.status());
   auto inputs = make_inputs(*model, a);
@@ -205,7 +246,13 @@ int cmd_run(const RunArgs& a) {
   auto first = plan->run(refs);  // specializes (when the dims are symbolic) and gives the outputs
   if (!first) return fail(first.status());
   if (tty) std::fprintf(stderr, "%60s\r", "");
-  if (a.dump_graph) std::fputs(plan->dump_graph().c_str(), stdout);
+  if (a.dump_graph) {
+    if (*fusion != graph::FusionLevel::none) {
+      std::printf("# before fusion\n%s# after fusion (%s), planned\n", plan->dump_graph_before_fusion().c_str(),
+                  a.fusion.c_str());
+    }
+    std::fputs(plan->dump_graph().c_str(), stdout);
+  }
   std::vector<MutableTensorRef> outs;
   for (TensorData& t : *first) outs.push_back(MutableTensorRef{t.name, t.type, t.dims, const_cast<void*>(t.data())});
   for (int i = 0; i < a.warmup; ++i)
@@ -246,8 +293,24 @@ int cmd_run(const RunArgs& a) {
           !s)
         return fail(s);
   }
+  std::vector<GroupCheck> verified;
+  bool verify_ok = true;
+  if (a.verify_fusion) {
+    auto v = plan->verify_fusion(refs);
+    if (!v) return fail(v.status());
+    verified = std::move(*v);
+    for (const GroupCheck& c : verified) verify_ok = verify_ok && c.ok;
+  }
+  if (!a.dot_file.empty())
+    if (Status s = write_dot(*plan, a.dot_file, a.json); !s) return fail(s);
+  if (!a.save_optimized.empty()) {
+    auto bytes = plan->optimized_model();
+    if (!bytes) return fail(bytes.status());
+    if (Status s = write_file(a.save_optimized, *bytes); !s) return fail(s);
+  }
   std::vector<NodeTime> profile;
   double profile_sum = 0, in_plan_sum = 0, cold_sum = 0;
+  bench::Roofline roof;
   if (a.profile) {
     auto p = plan->profile(std::max(a.repeat, 5));
     if (!p) return fail(p.status());
@@ -257,13 +320,64 @@ int cmd_run(const RunArgs& a) {
       in_plan_sum += t.in_plan_median_ms;
       cold_sum += t.cold_median_ms;
     }
+    // Hottest first, by the time each node takes where it stands in the plan.
+    std::stable_sort(profile.begin(), profile.end(),
+                     [](const NodeTime& x, const NodeTime& y) { return x.in_plan_median_ms > y.in_plan_median_ms; });
+    roof = bench::probe_roofline(true, llc_bytes());
   }
+  const int threads_used = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const auto rates = [&](const NodeTime& t) {
+    NodeRates r;
+    const double s = t.in_plan_median_ms * 1e-3;
+    r.share = in_plan_sum > 0 ? 100.0 * t.in_plan_median_ms / in_plan_sum : 0;
+    r.gflops = s > 0 ? t.flops / s * 1e-9 : 0;
+    r.gbs = s > 0 ? t.bytes / s * 1e-9 : 0;
+    const KernelDef* k = find_kernel(t.kernel);
+    const Isa isa = k ? bench::roof_isa(*k) : Isa::scalar;
+    if (t.flops > 0 && t.bytes > 0) {
+      const double bound = roof.bound_gflops(isa, threads_used, t.flops / t.bytes);
+      r.roof_pct = bound > 0 ? 100.0 * r.gflops / bound : 0;
+    } else if (t.bytes > 0) {
+      const double bw = roof.bandwidth_gbs(threads_used);
+      r.roof_pct = bw > 0 ? 100.0 * r.gbs / bw : 0;
+    }
+    return r;
+  };
+  int before = plan->nodes_before_fusion(), after = plan->nodes_after_fusion();
+  const auto fallbacks = plan->fallbacks();
+  const auto removed = plan->fusion_nodes_removed();
   if (a.json) {
     nlohmann::json j;
     j["model"] = a.model;
     j["stage"] = a.stage;
     j["fusion"] = a.fusion;
-    for (const auto& [name, groups] : plan->fusions_applied()) j["fusions"][name] = groups;
+    j["nodes_before"] = before;
+    j["nodes_after"] = after;
+    j["fused"] = nlohmann::json::object();
+    for (const auto& [name, groups] : plan->fusions_applied()) {
+      j["fusions"][name] = groups;
+      if (groups > 0) j["fused"][name] = groups;
+    }
+    for (const auto& [name, n] : removed)
+      if (n != 0) j["nodes_removed"][name] = n;
+    j["fallbacks"] = nlohmann::json::array();
+    for (const FusionFallback& f : fallbacks)
+      j["fallbacks"].push_back(
+          {{"pattern", f.pattern}, {"node", f.node}, {"replaced", f.replaced}, {"reason", f.reason}});
+    j["modeled_flops"] = plan->modeled_flops();
+    j["modeled_bytes"] = plan->modeled_bytes();
+    if (a.verify_fusion) {
+      j["verify_fusion"] = verify_ok;
+      j["groups"] = nlohmann::json::array();
+      for (const GroupCheck& c : verified)
+        j["groups"].push_back({{"pattern", c.group.pattern},
+                               {"nodes", c.group.nodes},
+                               {"replaced", c.group.replaced},
+                               {"ok", c.ok},
+                               {"max_abs_error", c.max_abs_error},
+                               {"max_normalized_error", c.max_normalized_error},
+                               {"reason", c.reason}});
+    }
     j["threads"] = a.threads;
     j["latency_ms"] = median;
     j["latency_min_ms"] = best;
@@ -273,6 +387,7 @@ int cmd_run(const RunArgs& a) {
     j["arena_bytes"] = plan->arena_bytes();
     j["max_rss_bytes"] = max_rss_bytes();
     j["nodes"] = plan->node_count();
+    j["kernels"] = plan->kernel_launches();
     if (a.check) {
       j["check"] = check_ok;
       for (const check::OutputCheck& c : checks)
@@ -286,13 +401,21 @@ int cmd_run(const RunArgs& a) {
       j["profile_sum_ms"] = profile_sum;
       j["profile_in_plan_sum_ms"] = in_plan_sum;
       j["profile_cold_sum_ms"] = cold_sum;
-      for (const NodeTime& t : profile)
+      for (const NodeTime& t : profile) {
+        const NodeRates r = rates(t);
         j["profile"].push_back({{"node", t.node},
                                 {"op", t.op},
                                 {"kernel", t.kernel},
                                 {"median_ms", t.median_ms},
                                 {"in_plan_median_ms", t.in_plan_median_ms},
-                                {"cold_median_ms", t.cold_median_ms}});
+                                {"cold_median_ms", t.cold_median_ms},
+                                {"share_pct", r.share},
+                                {"flops", t.flops},
+                                {"bytes", t.bytes},
+                                {"gflops", r.gflops},
+                                {"gbs", r.gbs},
+                                {"roofline_pct", r.roof_pct}});
+      }
     }
     std::cout << j.dump(2) << "\n";
   } else {
@@ -301,29 +424,56 @@ int cmd_run(const RunArgs& a) {
     std::printf("%s  stage %s  threads %s: latency %.3f ms median, %.3f ms min over %d runs\n", a.model.c_str(),
                 a.stage.c_str(), threads.c_str(), median, best, a.repeat);
     std::printf(
-        "  nodes %d, peak memory %.2f MB (weights %.2f MB, arena %.2f MB, workspace %.2f MB); process max RSS %.2f "
+        "  nodes %d (%d kernels, the rest views), peak memory %.2f MB (weights %.2f MB, arena %.2f MB, workspace %.2f "
+        "MB); process max RSS %.2f "
         "MB\n",
-        plan->node_count(), plan->peak_bytes() / 1e6, plan->weight_bytes() / 1e6, plan->arena_bytes() / 1e6,
-        (plan->peak_bytes() - plan->weight_bytes() - plan->arena_bytes()) / 1e6, max_rss_bytes() / 1e6);
-    std::string applied;
-    for (const auto& [name, groups] : plan->fusions_applied())
-      if (groups > 0) applied += fmt::format("{}{} x{}", applied.empty() ? "" : ", ", name, groups);
-    if (*fusion != graph::FusionLevel::none)
-      std::printf("  fusion %s: %s\n", a.fusion.c_str(), applied.empty() ? "nothing matched" : applied.c_str());
+        plan->node_count(), plan->kernel_launches(), plan->peak_bytes() / 1e6, plan->weight_bytes() / 1e6,
+        plan->arena_bytes() / 1e6, (plan->peak_bytes() - plan->weight_bytes() - plan->arena_bytes()) / 1e6,
+        max_rss_bytes() / 1e6);
+    if (*fusion != graph::FusionLevel::none) {
+      std::string applied;
+      const auto groups = plan->fusions_applied();
+      for (std::size_t i = 0; i < groups.size(); ++i)
+        if (groups[i].second > 0)
+          applied += fmt::format("\n    {:<28} x{:<3} {:+d} nodes", groups[i].first, groups[i].second,
+                                 i < removed.size() ? -removed[i].second : 0);
+      std::printf("  fusion %s: %d -> %d graph nodes%s\n", a.fusion.c_str(), before, after,
+                  applied.empty() ? " (nothing matched)" : applied.c_str());
+      for (const FusionFallback& f : fallbacks)
+        std::printf("  fallback: %s on %s: %s; runs unfused as %s\n", f.pattern.c_str(), f.node.c_str(),
+                    f.reason.c_str(), fmt::format("{}", fmt::join(f.replaced, ", ")).c_str());
+    }
     for (const check::OutputCheck& c : checks)
       std::printf("  check %-24s %s  max abs error %.3g, max normalized error %.3g%s%s\n", c.name.c_str(),
                   c.ok ? "ok" : "MISMATCH", c.max_abs, c.max_norm, c.reason.empty() ? "" : ": ", c.reason.c_str());
+    if (a.verify_fusion) {
+      std::printf("  verify-fusion: %zu groups, each against its unfused nodes on the same inputs\n", verified.size());
+      for (const GroupCheck& c : verified)
+        std::printf("    %-4s %-52s max abs %.3g, normalized %.3g  %s <- %s%s%s\n", c.ok ? "ok" : "FAIL",
+                    c.group.pattern.c_str(), c.max_abs_error, c.max_normalized_error,
+                    fmt::format("{}", fmt::join(c.group.nodes, ", ")).c_str(),
+                    fmt::format("{}", fmt::join(c.group.replaced, ", ")).c_str(), c.reason.empty() ? "" : ": ",
+                    c.reason.c_str());
+    }
     if (a.profile) {
-      std::printf("  %-40s %-16s %-36s %10s %10s %10s\n", "node", "op", "kernel", "alone ms", "cold ms", "in plan ms");
-      for (const NodeTime& t : profile)
-        std::printf("  %-40s %-16s %-36s %10.4f %10.4f %10.4f\n", t.node.c_str(), t.op.c_str(), t.kernel.c_str(),
-                    t.median_ms, t.cold_median_ms, t.in_plan_median_ms);
+      std::printf("  %-40s %-16s %-32s %9s %6s %9s %9s %8s %9s %9s\n", "node (hottest first)", "op", "kernel",
+                  "in plan ms", "share", "GFLOP/s", "GB/s", "% roof", "alone ms", "cold ms");
+      for (const NodeTime& t : profile) {
+        const NodeRates r = rates(t);
+        std::printf("  %-40s %-16s %-32s %9.4f %5.1f%% %9.2f %9.2f %7.1f%% %9.4f %9.4f\n", t.node.c_str(), t.op.c_str(),
+                    t.kernel.c_str(), t.in_plan_median_ms, r.share, r.gflops, r.gbs, r.roof_pct, t.median_ms,
+                    t.cold_median_ms);
+      }
       std::printf(
           "  sum of the nodes run on their own: %.3f ms (caches flushed: %.3f ms); timed in the plan: "
           "%.3f ms; the plan: %.3f ms (%+.1f%% over the nodes alone)\n",
           profile_sum, cold_sum, in_plan_sum, median, 100.0 * (median - profile_sum) / profile_sum);
+      std::printf("  roof: %.1f GFLOP/s fp32 FMA peak, %.1f GB/s triad at %d thread(s) (quick probe)\n",
+                  roof.peak_gflops(bench::baseline_isa(), threads_used), roof.bandwidth_gbs(threads_used),
+                  threads_used);
     }
   }
+  if (!verify_ok) return kRunMismatch;
   return check_ok ? kRunOk : kRunMismatch;
 }
 

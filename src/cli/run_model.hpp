@@ -9,7 +9,7 @@ namespace opfuse::cli {
 
 // Exit codes of `opfuse run`.
 inline constexpr int kRunOk = 0;
-inline constexpr int kRunMismatch = 1;     // --check found a difference
+inline constexpr int kRunMismatch = 1;     // --check or --verify-fusion found a difference
 inline constexpr int kRunInvalid = 2;      // a bad model, input, option, or over the memory budget
 inline constexpr int kRunUnsupported = 3;  // an op, attribute or type opfuse does not handle
 inline constexpr int kRunInternal = 4;     // a bug in opfuse: please report it
@@ -17,7 +17,7 @@ inline constexpr int kRunInternal = 4;     // a bug in opfuse: please report it
 struct RunArgs {
   std::string model;
   std::string stage = "fused";
-  std::string fusion = "none";
+  std::string fusion = "full";
   int threads = 0;
   std::string inputs_dir, outputs_dir;
   bool check = false;
@@ -28,6 +28,10 @@ struct RunArgs {
   bool dump_graph = false;
   bool profile = false;
   bool json = false;
+  bool verify_fusion = false;
+  std::string dot_file;        // --dot: the fused graph as Graphviz DOT (+ .svg when `dot` exists)
+  std::string save_optimized;  // --save-optimized: the fused graph as an ONNX model
+  std::vector<std::string> excluded_kernels;
 };
 
 int cmd_run(const RunArgs& args);

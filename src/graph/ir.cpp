@@ -438,8 +438,17 @@ Result<int> Graph::add_node(NodeOp op, std::string name, std::vector<int> inputs
   if (const auto kind = registry_op(op); kind && !params) params = default_params(*kind);
   if (Status s = check_params(name, op, params); !s) return s;
   for (int v : outputs) values_[static_cast<std::size_t>(v)].producer = id;
-  nodes_.push_back(
-      Node{id, std::move(name), op, std::move(params), std::move(attrs), std::move(inputs), std::move(outputs), false});
+  nodes_.push_back(Node{id,
+                        std::move(name),
+                        op,
+                        std::move(params),
+                        std::move(attrs),
+                        std::move(inputs),
+                        std::move(outputs),
+                        false,
+                        {},
+                        {},
+                        {}});
   return id;
 }
 
@@ -759,6 +768,64 @@ std::string to_string(const Graph& g) {
   std::ostringstream os;
   print(g, os);
   return os.str();
+}
+
+// ---- DOT -----------------------------------------------------------------------------------
+
+namespace {
+
+// A DOT string literal's body: quotes and backslashes escaped.
+std::string dot_escape(const std::string& x) {
+  std::string r;
+  for (char c : x) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string to_dot(const Graph& g, const std::vector<DotCluster>& clusters) {
+  std::string s =
+      fmt::format("digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n", dot_escape(g.name()));
+  std::vector<int> in_cluster(g.nodes().size(), -1);
+  for (std::size_t c = 0; c < clusters.size(); ++c)
+    for (int id : clusters[c].nodes)
+      if (g.valid_node(id)) in_cluster[static_cast<std::size_t>(id)] = static_cast<int>(c);
+  const auto node_line = [&](const Node& n) {
+    std::string label = fmt::format("{}\\n{}", dot_escape(n.name), name(n.op));
+    if (std::string a = key_attrs(g, n); !a.empty()) label += "\\n" + dot_escape(a);
+    return fmt::format("    n{} [label=\"{}\"];\n", n.id, label);
+  };
+  for (std::size_t c = 0; c < clusters.size(); ++c) {
+    s += fmt::format("  subgraph cluster_{} {{\n    label=\"{}\"; style=filled; color=lightblue;\n", c,
+                     dot_escape(clusters[c].label));
+    for (int id : clusters[c].nodes)
+      if (g.valid_node(id) && !g.node(id).dead) s += node_line(g.node(id));
+    s += "  }\n";
+  }
+  for (const Node& n : g.nodes())
+    if (!n.dead && in_cluster[static_cast<std::size_t>(n.id)] < 0) s += node_line(n).substr(2);
+  for (int v : g.inputs()) s += fmt::format("  v{} [shape=ellipse, label=\"{}\"];\n", v, dot_escape(value_label(g, v)));
+  for (int v : g.outputs())
+    s += fmt::format("  o{} [shape=ellipse, label=\"{}\"];\n", v, dot_escape(value_label(g, v)));
+  for (const Node& n : g.nodes()) {
+    if (n.dead) continue;
+    for (int v : n.inputs) {
+      if (v < 0 || g.value(v).is_constant()) continue;
+      const Value& x = g.value(v);
+      const std::string dims = x.has_shape ? to_string(x.dims) : "?";
+      if (x.producer >= 0)
+        s += fmt::format("  n{} -> n{} [label=\"{}\", fontsize=8];\n", x.producer, n.id, dims);
+      else if (x.kind == ValueKind::input)
+        s += fmt::format("  v{} -> n{};\n", v, n.id);
+    }
+  }
+  for (int v : g.outputs())
+    if (g.value(v).producer >= 0) s += fmt::format("  n{} -> o{};\n", g.value(v).producer, v);
+  s += "}\n";
+  return s;
 }
 
 }  // namespace opfuse::graph

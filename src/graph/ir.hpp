@@ -188,6 +188,14 @@ struct Node {
   std::vector<int> inputs;            // value ids; -1 for an omitted optional input
   std::vector<int> outputs;           // value ids
   bool dead = false;                  // removed; kept so that ids stay indices
+  // Fusion provenance, set by the rewrites (record_fusion in pattern.hpp): the patterns that
+  // built or changed this node, in order, and the ids of the nodes of the graph before fusion
+  // whose work it now does (empty: the node is as it was). Ids stay valid because removed nodes
+  // keep their slot, so the unfused graph's node i is node i here too.
+  std::vector<std::string> fused_by;
+  std::vector<int> origin;
+  // Fusions that must not touch this node (the fallback of a fused kernel that declined).
+  std::vector<std::string> refused;
 
   // The attribute `key` if present and of type T, else nullptr.
   template <class T>
@@ -293,5 +301,14 @@ Result<OpDesc> op_desc(const Graph& g, int node);
 // bytes, and the graph inputs and outputs.
 void print(const Graph& g, std::ostream& os);
 std::string to_string(const Graph& g);
+
+// The graph as Graphviz DOT: a box per live node (op and key attributes), an edge per value
+// with its dims, graph inputs and outputs as ellipses, constants left out. Each cluster (a
+// label and node ids) becomes a labelled subgraph: the fused groups.
+struct DotCluster {
+  std::string label;
+  std::vector<int> nodes;
+};
+std::string to_dot(const Graph& g, const std::vector<DotCluster>& clusters);
 
 }  // namespace opfuse::graph

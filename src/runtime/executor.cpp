@@ -274,6 +274,7 @@ Status Specialization::build_steps(const CompileOptions& options) {
   ctx.threads = options.threads;
   ctx.max_isa = options.max_isa;
   ctx.own_workspace = false;  // the steps run one at a time: they share one workspace
+  ctx.excluded_kernels = options.excluded_kernels;
   auto view = [&](int v, const TensorDesc& d, bool writable) -> Result<const Tensor*> {
     void* p = data_[static_cast<std::size_t>(v)];
     if (!p) return Status(StatusCode::internal, fmt::format("value '{}' has no storage", g.value(v).name));
@@ -293,6 +294,7 @@ Status Specialization::build_steps(const CompileOptions& options) {
   };
   steps.clear();
   workspace_bytes = 0;
+  flops = bytes_moved = 0;
   for (int id : order) {
     const Node& n = g.node(id);
     Step st;
@@ -328,6 +330,9 @@ Status Specialization::build_steps(const CompileOptions& options) {
       }
       st.kernel = std::string(st.prim.kernel().name);
       st.workspace_bytes = st.prim.workspace_size() * sizeof(float);
+      const OpCost c = op_cost(*desc);
+      st.flops = c.flops;
+      st.bytes = c.bytes;
     } else if (n.op == NodeOp::matmul) {
       st.kind = Step::Kind::matmul;
       std::vector<std::int64_t> a = dims_[static_cast<std::size_t>(n.inputs[0])];
@@ -381,6 +386,10 @@ Status Specialization::build_steps(const CompileOptions& options) {
       }
       st.kernel = std::string(st.prim.kernel().name);
       st.workspace_bytes = st.prim.workspace_size() * sizeof(float);
+      const OpCost c = op_cost(d);
+      const double calls = static_cast<double>(st.mm.size() / 3);
+      st.flops = c.flops * calls;
+      st.bytes = c.bytes * calls;
     } else if (n.op == NodeOp::layout_convert) {
       st.kind = Step::Kind::convert;
       st.kernel = "convert";
@@ -391,15 +400,25 @@ Status Specialization::build_steps(const CompileOptions& options) {
       st.c = d[1];
       st.hw = d[2] * d[3];
       st.to_nhwc = g.value(n.outputs[0]).layout == Layout::nhwc;
+      st.bytes = 2.0 * static_cast<double>(st.n * st.c * st.hw) * sizeof(float);
     } else if (is_host_op(n.op)) {
       st.kind = Step::Kind::host;
       st.kernel = "host";
       for (int v : n.inputs) st.hin.push_back(host(v));
       for (int v : n.outputs) st.hout.push_back(host(v));
+      // Shape-like i64 operands are a few bytes; the data tensors are what a host op moves.
+      for (const auto* side : {&st.hin, &st.hout})
+        for (const HostTensor& h : *side) {
+          double e = 1;
+          for (std::int64_t d : h.dims) e *= static_cast<double>(d);
+          st.bytes += e * (h.dtype == DType::f32 ? 4.0 : 8.0);
+        }
     } else {
       return node_error(n, StatusCode::unsupported, "the runtime cannot execute this op");
     }
     workspace_bytes = std::max(workspace_bytes, st.workspace_bytes);
+    flops += st.flops;
+    bytes_moved += st.bytes;
     steps.push_back(std::move(st));
   }
   if (weight_bytes + arena_bytes + workspace_bytes > options.memory_budget)
@@ -507,7 +526,7 @@ Result<std::vector<NodeTime>> Specialization::profile(int repeat) {
     std::sort(tc.begin(), tc.end());
     std::sort(in_plan[i].begin(), in_plan[i].end());
     times.push_back(NodeTime{n.name, std::string(graph::name(n.op)), st.kernel, t[t.size() / 2], in_plan[i][reps / 2],
-                             tc[tc.size() / 2]});
+                             tc[tc.size() / 2], st.flops, st.bytes});
   }
   if (sink == 42) std::fputs("", stderr);  // keeps the flush pass from being optimized away
   return times;

@@ -34,6 +34,9 @@ struct Step {
   bool to_nhwc = false;
   std::uint64_t workspace_bytes = 0;
   float* workspace = nullptr;  // the plan's shared kernel workspace
+  // Modeled work: op_cost() of the registry desc (every gemm call of a matmul), the bytes read
+  // and written by a host op or a layout conversion, nothing for an alias.
+  double flops = 0, bytes = 0;
 };
 
 struct Binding {
@@ -58,8 +61,14 @@ class Specialization {
   std::vector<Binding> inputs, outputs;  // graph order
   std::vector<std::int64_t> key;         // input dims (and steering i64 values) it was built for
   std::uint64_t weight_bytes = 0, arena_bytes = 0, workspace_bytes = 0;  // workspace: the largest step's
+  double flops = 0, bytes_moved = 0;                                     // sums over the steps
   std::uint64_t last_use = 0;                                            // LRU tick
   std::vector<std::pair<std::string, int>> fusions;                      // applied before planning: name, groups
+  std::vector<std::pair<std::string, int>> fusion_removed;               // name, nodes it removed
+  // The graph before fusion and after it (both before layout planning), for the groups, the
+  // --dump-graph before fusion and --verify-fusion; constants are shared, not copied.
+  graph::Graph unfused_graph, fused_graph;
+  std::vector<FusionFallback> fallbacks;
 
  private:
   std::unique_ptr<float, AlignedDelete> arena_;

@@ -12,13 +12,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "executor.hpp"
+#include "groups.hpp"
 #include "opfuse/model.hpp"
 #include "runtime.hpp"
 #include "src/graph/passes/fusion.hpp"
 #include "src/onnx/builtin.hpp"
+#include "src/onnx/export.hpp"
 #include "src/onnx/import.hpp"
 
 namespace opfuse {
@@ -463,13 +466,46 @@ Result<Specialization*> Plan::Impl::specialize(std::span<const TensorRef> in) {
   runtime::FoldOptions fo;
   fo.strict = true;
   if (Status s = runtime::infer_and_fold(g, fo); !s) return s;
-  auto fused = graph::apply_fusions(g, static_cast<graph::FusionLevel>(options.fusion));
-  if (!fused) return fused.status();
-  runtime::remove_dead_nodes(g);
-  if (Status s = runtime::plan_layouts(g, options.stage); !s) return s;
-  auto sp = Specialization::build(std::move(g), options);
+  // Fuse, plan the layouts, and offer each fused node to the registry at the plan's stage; a
+  // fused node only the naive kernel accepts is a fallback: its last fusion is refused for its
+  // origin nodes and the graph is fused again. Each round refuses at least one more (fusion,
+  // node) pair, so this ends; the bound is a guard.
+  std::vector<FusionFallback> fallbacks;
+  std::vector<graph::FusionStats> stats;
+  graph::Graph fused_graph, planned;
+  for (int round = 0;; ++round) {
+    planned = g;
+    auto fused = graph::apply_fusions(planned, static_cast<graph::FusionLevel>(options.fusion));
+    if (!fused) return fused.status();
+    stats = std::move(*fused);
+    runtime::remove_dead_nodes(planned);
+    fused_graph = planned;
+    if (Status s = runtime::plan_layouts(planned, options.stage); !s) return s;
+    const auto declined = runtime::declined_fused_nodes(planned, options);
+    if (declined.empty() || round >= 64) break;
+    for (const runtime::Declined& d : declined) {
+      const graph::Node& n = planned.node(d.node);
+      FusionFallback f;
+      f.pattern = n.fused_by.back();
+      f.node = n.name;
+      f.reason = d.reason;
+      for (int o : n.origin) {
+        g.node(o).refused.push_back(f.pattern);
+        f.replaced.push_back(g.node(o).name);
+      }
+      fallbacks.push_back(std::move(f));
+    }
+  }
+  auto sp = Specialization::build(std::move(planned), options);
   if (!sp) return sp.status();
-  for (const auto& f : *fused) (*sp)->fusions.emplace_back(f.name, f.groups);
+  for (const auto& f : stats) {
+    (*sp)->fusions.emplace_back(f.name, f.groups);
+    (*sp)->fusion_removed.emplace_back(f.name, f.nodes_removed);
+  }
+  for (graph::Node& n : const_cast<std::vector<graph::Node>&>(g.nodes())) n.refused.clear();
+  (*sp)->unfused_graph = std::move(g);
+  (*sp)->fused_graph = std::move(fused_graph);
+  (*sp)->fallbacks = std::move(fallbacks);
   (*sp)->key = make_key(in);
   (*sp)->last_use = ++tick;
   if (static_cast<int>(cache.size()) >= options.max_cached_shapes) {
@@ -596,15 +632,97 @@ std::string Plan::dump_graph() const {
   return s;
 }
 int Plan::node_count() const noexcept { return impl_->current ? static_cast<int>(impl_->current->steps.size()) : 0; }
+int Plan::kernel_launches() const noexcept {
+  if (!impl_->current) return 0;
+  int n = 0;
+  for (const auto& st : impl_->current->steps) n += st.kind != runtime::Step::Kind::alias;
+  return n;
+}
 std::uint64_t Plan::weight_bytes() const noexcept { return impl_->current ? impl_->current->weight_bytes : 0; }
 std::uint64_t Plan::arena_bytes() const noexcept { return impl_->current ? impl_->current->arena_bytes : 0; }
 std::uint64_t Plan::peak_bytes() const noexcept {
   const Specialization* sp = impl_->current;
   return sp ? sp->weight_bytes + sp->arena_bytes + sp->workspace_bytes : 0;
 }
+double Plan::modeled_flops() const noexcept { return impl_->current ? impl_->current->flops : 0; }
+double Plan::modeled_bytes() const noexcept { return impl_->current ? impl_->current->bytes_moved : 0; }
 int Plan::cached_shapes() const noexcept { return static_cast<int>(impl_->cache.size()); }
 std::vector<std::pair<std::string, int>> Plan::fusions_applied() const {
   return impl_->current ? impl_->current->fusions : std::vector<std::pair<std::string, int>>{};
+}
+
+std::vector<std::pair<std::string, int>> Plan::fusion_nodes_removed() const {
+  return impl_->current ? impl_->current->fusion_removed : std::vector<std::pair<std::string, int>>{};
+}
+std::vector<FusedGroup> Plan::fused_groups() const {
+  std::vector<FusedGroup> out;
+  const Specialization* sp = impl_->current;
+  if (!sp) return out;
+  for (const runtime::Group& g : runtime::fused_groups(sp->fused_graph))
+    out.push_back(runtime::describe(g, sp->fused_graph, sp->unfused_graph));
+  return out;
+}
+std::vector<FusionFallback> Plan::fallbacks() const {
+  return impl_->current ? impl_->current->fallbacks : std::vector<FusionFallback>{};
+}
+int Plan::nodes_before_fusion() const noexcept {
+  return impl_->current ? impl_->current->unfused_graph.live_node_count() : 0;
+}
+int Plan::nodes_after_fusion() const noexcept {
+  return impl_->current ? impl_->current->fused_graph.live_node_count() : 0;
+}
+std::string Plan::dump_graph_before_fusion() const {
+  const Specialization* sp = impl_->current;
+  if (!sp) return "(not specialized yet: run the plan or call output_infos first)\n";
+  return graph::to_string(sp->unfused_graph);
+}
+
+std::string Plan::fused_graph_dot() const {
+  const Specialization* sp = impl_->current;
+  if (!sp) return "digraph empty {}\n";
+  std::vector<graph::DotCluster> clusters;
+  for (const runtime::Group& g : runtime::fused_groups(sp->fused_graph)) clusters.push_back({g.pattern, g.nodes});
+  return graph::to_dot(sp->fused_graph, clusters);
+}
+
+Result<std::string> Plan::optimized_model() const noexcept {
+  const Specialization* sp = impl_->current;
+  if (!sp) return Status(StatusCode::invalid_argument, "optimized_model: run the plan first");
+  return onnx::export_graph(sp->fused_graph, impl_->model.opset());
+}
+
+Result<std::vector<GroupCheck>> Plan::verify_fusion(std::span<const TensorRef> inputs) noexcept {
+  try {
+    Impl& im = *impl_;
+    if (Status s = im.match(inputs, true); !s) return s;
+    auto spr = im.specialize(inputs);
+    if (!spr) return spr.status();
+    const Specialization& sp = **spr;
+    // The graph inputs' data, by value id (booleans as bytes, like TensorData).
+    std::map<int, TensorData> data;
+    for (std::size_t m = 0; m < sp.unfused_graph.inputs().size(); ++m) {
+      const TensorRef& t = inputs[static_cast<std::size_t>(im.input_index[m])];
+      TensorData d;
+      d.name = t.name.empty() ? im.model.inputs()[m].name : t.name;
+      d.type = t.type;
+      d.dims = t.dims;
+      const auto n = static_cast<std::size_t>(d.numel());
+      if (t.type == ElementType::f32)
+        d.f32.assign(static_cast<const float*>(t.data), static_cast<const float*>(t.data) + n);
+      else if (t.type == ElementType::i64)
+        d.i64.assign(static_cast<const std::int64_t*>(t.data), static_cast<const std::int64_t*>(t.data) + n);
+      else
+        d.boolean.assign(static_cast<const std::uint8_t*>(t.data), static_cast<const std::uint8_t*>(t.data) + n);
+      data[sp.unfused_graph.inputs()[m]] = std::move(d);
+    }
+    CompileOptions plain = im.options;
+    plain.fusion = FusionLevel::none;
+    return runtime::verify_groups(sp.unfused_graph, sp.fused_graph, plain, data);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::out_of_memory, "out of memory while verifying the fusion");
+  } catch (const std::exception& e) {
+    return Status(StatusCode::internal, fmt::format("verifying the fusion failed: {}", e.what()));
+  }
 }
 
 Result<std::vector<NodeTime>> Plan::profile(int repeat) noexcept {

@@ -19,30 +19,39 @@ PostOps* post_ops_of(Node& n) {
 }  // namespace
 
 Result<int> activation_into_conv_gemm(Graph& g) {
-  const ChainPattern pattern = {
-      {{NodeOp::conv2d, NodeOp::gemm},
-       0,
-       [](const Graph&, const Node& n) {
-         // A pool step must stay last in a conv's chain.
-         const PostOps& ops = n.op == NodeOp::conv2d ? std::get<Conv2dParams>(*n.params).post_ops
-                                                     : std::get<GemmParams>(*n.params).post_ops;
-         return ops.empty() || ops.back().kind != PostOp::Kind::pool;
-       }},
-      {{NodeOp::relu, NodeOp::clip, NodeOp::leaky_relu, NodeOp::sigmoid, NodeOp::tanh, NodeOp::gelu, NodeOp::silu,
-        NodeOp::hardswish},
-       0,
-       [](const Graph& gr, const Node& n) {
-         return n.inputs.size() == 1 && gr.value(n.inputs[0]).dtype == DType::f32;
-       }},
-  };
-  return rewrite_chains(g, pattern, [&](const std::vector<int>& m) -> Result<bool> {
-    const Node act = g.node(m[1]);
+  const PatternStep producer = {{NodeOp::conv2d, NodeOp::gemm}, 0, [](const Graph&, const Node& n) {
+                                  // A pool step must stay last in a conv's chain.
+                                  const PostOps& ops = n.op == NodeOp::conv2d
+                                                           ? std::get<Conv2dParams>(*n.params).post_ops
+                                                           : std::get<GemmParams>(*n.params).post_ops;
+                                  return ops.empty() || ops.back().kind != PostOp::Kind::pool;
+                                }};
+  const PatternStep act = {
+      {NodeOp::relu, NodeOp::clip, NodeOp::leaky_relu, NodeOp::sigmoid, NodeOp::tanh, NodeOp::gelu, NodeOp::silu,
+       NodeOp::hardswish},
+      0,
+      [](const Graph& gr, const Node& n) { return n.inputs.size() == 1 && gr.value(n.inputs[0]).dtype == DType::f32; }};
+  // A gemm's batched (rows, N) output is often reshaped back to (..., M, N) before the
+  // activation (bias_into_matmul's unflatten): an elementwise op commutes with a reshape, so it
+  // moves into the gemm and the reshape then reshapes the activated values.
+  const PatternStep view = {{NodeOp::reshape, NodeOp::flatten, NodeOp::squeeze, NodeOp::unsqueeze}, 0, nullptr};
+  const auto fuse = [&](const std::vector<int>& m) -> Result<bool> {
+    const Node a = g.node(m.back());
     Node& op = g.node(m[0]);
-    post_ops_of(op)->push_back(PostOp::activation(std::get<UnaryParams>(*act.params).act));
-    if (Status s = g.remove_node(act.id); !s) return s;
-    if (Status s = g.set_output(op.id, 0, act.outputs[0]); !s) return s;
+    post_ops_of(op)->push_back(PostOp::activation(std::get<UnaryParams>(*a.params).act));
+    if (Status s = g.remove_node(a.id); !s) return s;
+    // The node just before the activation now produces its output.
+    if (Status s = g.set_output(m[m.size() - 2], 0, a.outputs[0]); !s) return s;
+    std::vector<int> result(m.begin(), m.end() - 1);
+    record_fusion(g, "activation_into_conv_gemm", m, result);
     return true;
-  });
+  };
+  auto direct = rewrite_chains(g, "activation_into_conv_gemm", {producer, act}, fuse);
+  if (!direct) return direct;
+  const PatternStep gemm_only = {{NodeOp::gemm}, 0, producer.where};
+  auto through = rewrite_chains(g, "activation_into_conv_gemm", {gemm_only, view, act}, fuse);
+  if (!through) return through;
+  return *direct + *through;
 }
 
 Result<int> remove_identities(Graph& g) {

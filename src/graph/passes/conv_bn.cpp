@@ -36,7 +36,7 @@ Result<int> fold_batchnorm_into_conv(Graph& g) {
        }},
       {{NodeOp::batchnorm}, 0, [](const Graph& gr, const Node& n) { return all_constant(gr, n, 1); }},
   };
-  return rewrite_chains(g, pattern, [&](const std::vector<int>& m) -> Result<bool> {
+  return rewrite_chains(g, "fold_batchnorm_into_conv", pattern, [&](const std::vector<int>& m) -> Result<bool> {
     const Node conv = g.node(m[0]);
     const Node bn = g.node(m[1]);
     const Value& w = g.value(conv.inputs[1]);
@@ -69,6 +69,7 @@ Result<int> fold_batchnorm_into_conv(Graph& g) {
     std::get<Conv2dParams>(*c.params).has_bias = true;
     if (Status s = g.remove_node(bn.id); !s) return s;
     if (Status s = g.set_output(conv.id, 0, bn.outputs[0]); !s) return s;
+    record_fusion(g, "fold_batchnorm_into_conv", m, {conv.id});
     return true;
   });
 }

@@ -7,10 +7,9 @@
 // chain the registry already knows, so every stage - naive included - can still run it; a group
 // that does not match exactly is left as it was.
 //
-// Levels include the ones before them: none < basic < advanced < full. This version has the
-// basic level and the first advanced fusion (the residual add epilogue); the rest of advanced
-// (skip-layernorm, GELU / LayerNorm recognition, eltwise chains, conv + relu + maxpool) and full
-// (attention, inverted residual blocks, horizontal QKV) are the fusion issue's next steps.
+// Levels include the ones before them: none < basic < advanced < full. Every rewrite records
+// its provenance on the nodes it leaves (record_fusion in pattern.hpp), so the runtime can name
+// the groups, verify each against the nodes it replaced, and fall back to them.
 #pragma once
 
 #include <optional>
@@ -42,6 +41,7 @@ std::span<const Fusion> fusions() noexcept;
 struct FusionStats {
   std::string name;
   int groups = 0;
+  int nodes_removed = 0;  // live nodes before minus after, over every application
 };
 // Applies every fusion of `level` or below, in table order, until none changes the graph.
 // The graph verifies after each fusion (a failed verify is an internal error: a bug in a
@@ -54,5 +54,14 @@ Result<int> activation_into_conv_gemm(Graph& g);  // activation.cpp
 Result<int> remove_identities(Graph& g);          // activation.cpp
 Result<int> bias_into_matmul(Graph& g);           // matmul_bias.cpp
 Result<int> residual_add_into_conv(Graph& g);     // residual.cpp
+Result<int> gelu_from_erf(Graph& g);              // recognize.cpp
+Result<int> gelu_from_tanh(Graph& g);             // recognize.cpp
+Result<int> layernorm_from_reductions(Graph& g);  // recognize.cpp
+Result<int> skip_layernorm(Graph& g);             // norm.cpp
+Result<int> conv_maxpool(Graph& g);               // conv_pool.cpp
+Result<int> eltwise_chains(Graph& g);             // eltwise.cpp
+Result<int> cancel_reshape_transpose(Graph& g);   // reshape.cpp
+Result<int> attention_subgraph(Graph& g);         // attention.cpp
+Result<int> inverted_residual_block(Graph& g);    // inverted_residual.cpp
 
 }  // namespace opfuse::graph

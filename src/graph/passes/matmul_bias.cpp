@@ -26,7 +26,7 @@ Result<int> bias_into_matmul(Graph& g) {
        }},
       {{NodeOp::add}, -1, nullptr},
   };
-  return rewrite_chains(g, pattern, [&](const std::vector<int>& m) -> Result<bool> {
+  return rewrite_chains(g, "bias_into_matmul", pattern, [&](const std::vector<int>& m) -> Result<bool> {
     const Node mm = g.node(m[0]);
     const Node add = g.node(m[1]);
     const int bias = add.inputs[0] == mm.outputs[0] ? add.inputs[1] : add.inputs[0];
@@ -56,6 +56,7 @@ Result<int> bias_into_matmul(Graph& g) {
       if (Status s = g.remove_node(mm.id); !s) return s;
       auto node = g.add_node(NodeOp::gemm, mm.name, {mm.inputs[0], mm.inputs[1], bias2}, {add.outputs[0]}, p);
       if (!node) return node.status();
+      record_fusion(g, "bias_into_matmul", m, {*node});
       return true;
     }
     // (..., M, K) -> (rows, K) -> gemm -> (rows, N) -> (..., M, N): both reshapes are views.
@@ -79,6 +80,7 @@ Result<int> bias_into_matmul(Graph& g) {
                          {{"allowzero", std::int64_t{0}}});
     for (const Result<int>* r : {&r1, &r2, &r3})
       if (!*r) return r->status();
+    record_fusion(g, "bias_into_matmul", m, {*r1, *r2, *r3});
     return true;
   });
 }

@@ -21,7 +21,7 @@ Result<int> residual_add_into_conv(Graph& g) {
        }},
       {{NodeOp::add}, -1, nullptr},
   };
-  return rewrite_chains(g, pattern, [&](const std::vector<int>& m) -> Result<bool> {
+  return rewrite_chains(g, "residual_add_into_conv", pattern, [&](const std::vector<int>& m) -> Result<bool> {
     const Node add = g.node(m[1]);
     const int conv_out = g.node(m[0]).outputs[0];
     const int other = add.inputs[0] == conv_out ? add.inputs[1] : add.inputs[0];
@@ -33,6 +33,7 @@ Result<int> residual_add_into_conv(Graph& g) {
     conv.inputs.push_back(other);
     if (Status s = g.remove_node(add.id); !s) return s;
     if (Status s = g.set_output(conv.id, 0, add.outputs[0]); !s) return s;
+    record_fusion(g, "residual_add_into_conv", m, {conv.id});
     return true;
   });
 }
