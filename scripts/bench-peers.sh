@@ -110,7 +110,7 @@ if [ "$cores" -gt 1 ]; then threads="1 $cores"; fi
 ort_why=$(ort_missing)
 [ -z "$ort_why" ] || ort_why="skipped: $ort_why"
 
-for model in resnet50 mobilenet_v2 bert_layer; do
+for model in ${OPFUSE_MODELS:-resnet50 mobilenet_v2 bert_layer}; do
   onnx="$tmp/$model.onnx"
   torch_why=$(torch_missing "$model")
   [ -z "$torch_why" ] || torch_why="skipped: $torch_why"

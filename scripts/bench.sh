@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, run the stage-comparison benchmark on the
 # built-in default suite (progress on stderr, about 10 minutes or less on 2 cores), run the
-# built-in whole models (resnet50, mobilenet_v2, bert_layer) at every stage with `opfuse run`,
+# built-in whole models (resnet50, mobilenet_v2, bert_layer) at every stage and fusion level with
+# `opfuse run` and next to PyTorch and ONNX Runtime,
 # and render reports/: the raw Google Benchmark JSON (bench.json), one JSON per model run
 # (models/), REPORT.md and the PNG charts.
 # Extra arguments go to opfuse-bench: its own options (--op gemm, --impl simd,fused, --quick,
@@ -15,10 +16,12 @@ REPORT_DIR=${OPFUSE_REPORT_DIR:-reports}
 mkdir -p "$REPORT_DIR"
 start=$(date +%s)
 "$BUILD_DIR/opfuse-bench" --json "$REPORT_DIR/bench.json" --benchmark_counters_tabular=true "$@"
-# Whole models: each built-in model at each stage (scripts/bench-models.sh).
+# Whole models: the fusion table's rows for each built-in model (scripts/bench-models.sh), then
+# PyTorch and ONNX Runtime on the same ONNX files in the same run (scripts/bench-peers.sh).
 quick=0
 for a in "$@"; do [ "$a" = --quick ] && quick=1; done
 OPFUSE_QUICK=$quick ./scripts/bench-models.sh "$BUILD_DIR" "$REPORT_DIR/models"
+OPFUSE_QUICK=$quick ./scripts/bench-peers.sh "$BUILD_DIR" "$REPORT_DIR/models"
 # Debian's python3 has python3-matplotlib for the charts (a python3 earlier on PATH, such as a
 # pyenv shim, may not); without matplotlib the report is still written, without charts.
 PYTHON=/usr/bin/python3

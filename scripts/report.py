@@ -535,39 +535,22 @@ def target_ceilings(run):
     return ["### What bounds the fused targets\n", "Computed from this run's own figures.\n", *lines, ""]
 
 
-def models_section(models_dir):
-    """The `opfuse run --json` results of the main job: latency per model, stage and threads."""
+def models_section(models_dir, chart=None):
+    """The main job's whole-model runs: the fusion table (fusion_table.py), then the graph overhead."""
     import glob
+    import fusion_table
+    out = fusion_table.section(models_dir, chart)
     runs = []
     for path in sorted(glob.glob(os.path.join(models_dir, "*.json"))):
         try:
             with open(path) as f:
-                runs.append(json.load(f))
-        except (OSError, ValueError) as e:
-            runs.append({"model": os.path.basename(path), "error": str(e)})
-    if not runs:
-        return []
-    out = ["## Whole models\n",
-           "The built-in models (`opfuse run MODEL --stage S --threads T --json`, written by "
-           "`scripts/bench.sh`; fusion passes come with the next issue, so every stage runs the "
-           "imported graph node by node). Latency is the median over the runs, min beside it; "
-           "peak is weights + activation arena + the shared kernel workspace; the speed-up is "
-           "naive's median over this row's.\n",
-           "| model | stage | threads | median | min | runs | speed-up vs naive | nodes | peak memory |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    naive = {r.get("model"): r.get("latency_ms") for r in runs if r.get("stage") == "naive" and "latency_ms" in r}
+                r = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if "peer" not in r:
+            runs.append(r)
     order = {"naive": 0, "simd": 1, "fused": 2, "cuda": 3}
     runs.sort(key=lambda r: (str(r.get("model")), order.get(r.get("stage"), 9), r.get("threads", 0)))
-    for r in runs:
-        if "latency_ms" not in r:
-            out.append(f"| {r.get('model')} | (no result: {r.get('error', 'unknown')}) | | | | | | | |")
-            continue
-        base = naive.get(r["model"])
-        speed = f"{base / r['latency_ms']:.1f}x" if base and r["latency_ms"] > 0 else "-"
-        out.append(f"| {r['model']} | {r['stage']} | {r['threads']} | {r['latency_ms']:.2f} ms | "
-                   f"{r['latency_min_ms']:.2f} ms | {r.get('repeat', '-')} | {speed} | {r['nodes']} | "
-                   f"{fmt_bytes(r['peak_bytes'])} |")
-    out.append("")
     prof = [r for r in runs if "profile_sum_ms" in r and "latency_ms" in r]
     if prof:
         out += ["### Graph overhead\n",
@@ -584,7 +567,7 @@ def models_section(models_dir):
             alone, inplan, lat = r["profile_sum_ms"], r.get("profile_in_plan_sum_ms", 0), r["latency_ms"]
             cold = r.get("profile_cold_sum_ms")
             cold_s = f"{cold:.2f} ms" if cold else "-"
-            out.append(f"| {r['model']} | {r['stage']} | {r['threads']} | {lat:.2f} ms | {inplan:.2f} ms | "
+            out.append(f"| {r['model']} | {r['stage']} + {r.get('fusion', 'none')} | {r['threads']} | {lat:.2f} ms | {inplan:.2f} ms | "
                        f"{alone:.2f} ms | {cold_s} | {100 * (lat - inplan) / inplan:+.1f}% | "
                        f"{100 * (lat - alone) / alone:+.1f}% |")
         out.append("")
@@ -606,7 +589,7 @@ def render_markdown(run, charts, chart_note, models_dir=None):
         out.append(chart_note + "\n")
     out += glance_section(run, ops)
     if models_dir:
-        out += models_section(models_dir)
+        out += models_section(models_dir, charts.get("_fusion"))
     out += targets_section(run)
     out += target_ceilings(run)
     out += column_notes(run)
@@ -763,6 +746,11 @@ def main(argv):
                     "(Debian: apt-get install python3-matplotlib).")
         else:
             charts = draw_charts(run, out_dir)
+            import matplotlib.pyplot as plt
+            import fusion_table
+            fusion_chart = fusion_table.draw(os.path.join(out_dir, "models"), out_dir, plt)
+            if fusion_chart:
+                charts["_fusion"] = fusion_chart
     md_path = os.path.join(out_dir, md_name)
     with open(md_path, "w") as f:
         f.write(render_markdown(run, charts, note, os.path.join(out_dir, "models")))

@@ -124,6 +124,37 @@ def check_report(c, report_dir, impls_by_op, n_benchmarks):
         c.expect("Charts were skipped" in md, "no matplotlib, but REPORT.md does not say charts were skipped")
 
 
+FUSION_ROWS = ["naive", "simd + none", "fused + none", "fused + basic", "fused + advanced", "fused + full",
+               "PyTorch eager", "PyTorch frozen", "ONNX Runtime disabled", "ONNX Runtime basic",
+               "ONNX Runtime extended", "ONNX Runtime all"]
+
+
+def check_fusion_table(c, report_dir, model):
+    """The fusion table of one model: every row, with numbers or (peers only) a skipped/failed reason."""
+    with open(os.path.join(report_dir, "REPORT.md")) as f:
+        md = f.read()
+    c.expect("## Whole models: the fusion table" in md, "REPORT.md has no fusion table")
+    c.expect("### Fusion targets" in md, "REPORT.md has no fusion targets")
+    m = re.search(rf"^### {model}, 1 thread\n(.*?)(?=^### |\Z)", md, flags=re.M | re.S)
+    if not c.expect(m, f"no fusion table for {model} at 1 thread"):
+        return
+    rows = {}
+    for line in m.group(1).splitlines():
+        cells = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0] in FUSION_ROWS:
+            rows[cells[0]] = cells
+    for name in FUSION_ROWS:
+        if not c.expect(name in rows, f"{model} fusion table lacks the row {name!r}"):
+            continue
+        cells = rows[name]
+        peer = name.startswith(("PyTorch", "ONNX"))
+        if peer and cells[1] == "-":
+            c.expect(cells[7].startswith(("skipped", "failed")), f"{model} {name}: no time and no reason")
+        else:
+            c.expect(cells[1].endswith(" ms") and (cells[5].isdigit() or peer), f"{model} {name}: cells {cells[:6]}")
+            c.expect(len(cells[7]) > 20, f"{model} {name}: no sentence")
+
+
 def run(cmd, timeout):
     print("+ " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
@@ -157,10 +188,21 @@ def main(argv):
             progress = re.findall(r"^\[(\d+)/(\d+)\] ", p.stderr, flags=re.M)
             c.expect(len(progress) == n and all(t == str(n) for _, t in progress),
                      f"progress lines: {len(progress)} for {n} benchmarks")
+            # One model's fusion table with its peers, quick: the rows and the sentences, not the times.
+            scripts = os.path.dirname(os.path.abspath(report))
+            build = os.path.dirname(os.path.abspath(bench))
+            env = dict(os.environ, OPFUSE_QUICK="1", OPFUSE_MODELS="mobilenet_v2")
+            models_dir = os.path.join(report_dir, "models")
+            for script in ("bench-models.sh", "bench-peers.sh"):
+                print(f"+ {script} {build} {models_dir}", flush=True)
+                m = subprocess.run([os.path.join(scripts, script), build, models_dir], env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+                c.expect(m.returncode == 0, f"{script} failed:\n{m.stderr[-3000:]}")
             r = run([sys.executable, report, json_path, report_dir], timeout=240)
             print("  " + r.stdout.strip())
             if c.expect(r.returncode == 0, f"report.py failed:\n{r.stderr[-4000:]}"):
                 check_report(c, report_dir, impls_by_op, n)
+                check_fusion_table(c, report_dir, "mobilenet_v2")
             cmp = run([bench, "--compare", json_path, json_path], timeout=60)
             c.expect(cmp.returncode == 0 and re.search(r"^\d+ compared: 0 slower", cmp.stdout, flags=re.M),
                      f"--compare of a run with itself:\n{cmp.stdout[-2000:]}{cmp.stderr[-2000:]}")

@@ -204,9 +204,10 @@ class Plan {
   Result<std::vector<ValueInfo>> output_infos(std::span<const TensorRef> inputs) noexcept;
 
   // About the specialization the last run (or output_infos) used:
-  std::string dump_graph() const;        // planned graph: layouts, conversions, kernels
-  int node_count() const noexcept;       // nodes executed per run
-  int kernel_launches() const noexcept;  // of those, the ones that do work (not views)
+  std::string dump_graph() const;           // planned graph: layouts, conversions, kernels
+  int node_count() const noexcept;          // nodes executed per run
+  int kernel_launches() const noexcept;     // of those, the ones that do work (not views)
+  int layout_conversions() const noexcept;  // of those, NCHW <-> NHWC conversions that copy
   std::uint64_t weight_bytes() const noexcept;
   std::uint64_t arena_bytes() const noexcept;
   std::uint64_t peak_bytes() const noexcept;  // weights + arena + kernel workspaces

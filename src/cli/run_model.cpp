@@ -388,6 +388,7 @@ int cmd_run(const RunArgs& a) {
     j["max_rss_bytes"] = max_rss_bytes();
     j["nodes"] = plan->node_count();
     j["kernels"] = plan->kernel_launches();
+    j["layout_conversions"] = plan->layout_conversions();
     if (a.check) {
       j["check"] = check_ok;
       for (const check::OutputCheck& c : checks)
@@ -469,7 +470,7 @@ int cmd_run(const RunArgs& a) {
           "%.3f ms; the plan: %.3f ms (%+.1f%% over the nodes alone)\n",
           profile_sum, cold_sum, in_plan_sum, median, 100.0 * (median - profile_sum) / profile_sum);
       std::printf("  roof: %.1f GFLOP/s fp32 FMA peak, %.1f GB/s triad at %d thread(s) (quick probe)\n",
-                  roof.peak_gflops(bench::baseline_isa(), threads_used), roof.bandwidth_gbs(threads_used),
+                  roof.peak_gflops(effective_isa(Context{}), threads_used), roof.bandwidth_gbs(threads_used),
                   threads_used);
     }
   }

@@ -638,6 +638,12 @@ int Plan::kernel_launches() const noexcept {
   for (const auto& st : impl_->current->steps) n += st.kind != runtime::Step::Kind::alias;
   return n;
 }
+int Plan::layout_conversions() const noexcept {
+  if (!impl_->current) return 0;
+  int n = 0;
+  for (const auto& st : impl_->current->steps) n += st.kind == runtime::Step::Kind::convert;
+  return n;
+}
 std::uint64_t Plan::weight_bytes() const noexcept { return impl_->current ? impl_->current->weight_bytes : 0; }
 std::uint64_t Plan::arena_bytes() const noexcept { return impl_->current ? impl_->current->arena_bytes : 0; }
 std::uint64_t Plan::peak_bytes() const noexcept {
