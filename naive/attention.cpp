@@ -69,7 +69,8 @@ void attention(const KernelArgs& args) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
 
   // Memory steps of each logical dim (any layout); the mask's are 0 where it broadcasts.
-  const Index qs = q.strides(), ks = k.strides(), vs = v.strides(), os = o.strides();
+  const Index qs = attention_strides(*args.desc, 0), ks = attention_strides(*args.desc, 1),
+              vs = attention_strides(*args.desc, 2), os = attention_strides(*args.desc, 3);
   const Index ms = mask ? broadcast_strides(mask->desc(), Shape{B, H, Sq, Skv}) : Index{};
   const float* qp = q.data();
   const float* kp = k.data();

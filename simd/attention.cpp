@@ -239,7 +239,8 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
   const Tensor& o = *args.out[0];
   const std::int64_t B = q.dim(0), H = q.dim(1), Sq = q.dim(2), D = q.dim(3);
   const std::int64_t Skv = k.dim(2), Dv = v.dim(3);
-  const auto qs = q.strides(), ks = k.strides(), vs = v.strides(), os = o.strides();
+  const auto qs = attention_strides(*args.desc, 0), ks = attention_strides(*args.desc, 1),
+             vs = attention_strides(*args.desc, 2), os = attention_strides(*args.desc, 3);
   assert(qs[3] == 1 && ks[3] == 1 && vs[3] == 1 && os[3] == 1);  // attention_supports
   const auto ms = mask ? broadcast_strides(mask->desc(), Shape{B, H, Sq, Skv}) : decltype(qs){};
   const float* qp = q.data();

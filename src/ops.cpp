@@ -433,6 +433,20 @@ static double operand_bytes(const OpDesc& d, std::size_t first) {
   return b;
 }
 
+std::array<std::int64_t, kMaxRank> attention_strides(const OpDesc& d, int which) {
+  const bool out = which == 3;
+  const TensorDesc& t = d.inputs[static_cast<std::size_t>(out ? 0 : which)];
+  const auto* p = std::get_if<AttentionParams>(&d.params);
+  if (!p || !p->packed_qkv) {
+    if (!out) return dense_strides(t.shape, t.layout);
+    const Shape& q = d.inputs[0].shape;
+    return dense_strides(Shape{q[0], q[1], q[2], d.inputs[2].shape[3]}, t.layout);
+  }
+  // Logical (B, H, S, D) over memory (B, S, [3,] H, D).
+  const std::int64_t H = t.shape[1], S = t.shape[2], D = t.shape[3], row = (out ? 1 : 3) * H * D;
+  return {S * row, D, row, 1, 0};
+}
+
 OpCost op_cost(const OpDesc& d) {
   auto outs = infer_outputs(d);
   if (!outs) return {};

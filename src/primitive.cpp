@@ -234,6 +234,13 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
       if (Status s = check_tensor(in[i], d.inputs[i], "input", in_names[i]); !s) return s;
       im.bound[i] = in[i];
     }
+    if (d.op == OpKind::attention && d.p<AttentionParams>().packed_qkv) {
+      // One packed (B, S, 3, H, D) buffer: k and v start H*D and 2*H*D floats after q.
+      const std::int64_t hd = d.inputs[0].shape[1] * d.inputs[0].shape[3];
+      if (im.bound[1]->data() != im.bound[0]->data() + hd || im.bound[2]->data() != im.bound[0]->data() + 2 * hd)
+        return op_error(StatusCode::invalid_argument, d,
+                        fmt::format("packed_qkv: k and v must view q's buffer {} and {} floats after q", hd, 2 * hd));
+    }
     for (std::size_t o = 0; o < out.size(); ++o) {
       if (Status s = check_tensor(out[o], im.outputs[o], "output", out_names[o]); !s) return s;
       if (out[o]->read_only())

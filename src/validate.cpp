@@ -396,6 +396,9 @@ Status check_and_infer(const OpDesc& d, std::vector<TensorDesc>& outs) {
       if (k[0] != q[0] || v[0] != q[0] || k[1] != q[1] || v[1] != q[1])
         return bad(d, fmt::format("batch and head dims of q {}, k {}, v {} differ", q.str(), k.str(), v.str()));
       if (k[3] != q[3]) return bad(d, fmt::format("head size of k ({}) does not match q ({})", k[3], q[3]));
+      if (p.packed_qkv && (!(k == q) || !(v == q) || d.inputs[0].layout != Layout::nchw))
+        return bad(
+            d, fmt::format("packed_qkv needs q, k and v of one shape (q {}, k {}, v {})", q.str(), k.str(), v.str()));
       if (v[2] != k[2]) return bad(d, fmt::format("sequence length of v ({}) does not match k ({})", v[2], k[2]));
       if (Status s = check_finite(d, "scale", p.scale); !s) return s;
       if (p.has_mask && !broadcasts_to(d.inputs[3].shape, Shape{q[0], q[1], q[2], k[2]}))

@@ -9,6 +9,7 @@
 #include "check/check.hpp"
 #include "model_builder.hpp"
 #include "opfuse/model.hpp"
+#include "opfuse/primitive.hpp"
 #include "opfuse/registry.hpp"
 
 namespace {
@@ -313,6 +314,8 @@ TEST(FusionAdvanced, BertDecompositionsAreRecognized) {
       EXPECT_EQ(groups(r, "layernorm_from_reductions"), 2);
       EXPECT_EQ(groups(r, "skip_layernorm"), 2);
       EXPECT_EQ(groups(r, "attention_subgraph"), l == FusionLevel::full ? 1 : 0);
+      // full: Q, K and V as one gemm, read in place by the attention.
+      EXPECT_EQ(groups(r, "qkv_packed_attention"), l == FusionLevel::full ? 1 : 0);
       EXPECT_LT(r.nodes, none.nodes);
       ASSERT_EQ(r.out.size(), 1u);
       const check::OutputCheck c = opfuse::testing::compare_deep(r.out[0], none.out[0]);
@@ -664,6 +667,66 @@ TEST(FusionOutputs, OptimizedModelAndDot) {
     ++clusters;
   EXPECT_EQ(clusters, plan->fused_groups().size());
   EXPECT_EQ(dot.rfind("digraph", 0), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// Packed attention at the op level: q, k and v as views of one (B, S, 3, H, D) buffer give the
+// same output (written as (B, S, H, D)) as dense copies of them at every stage; views that are
+// not at +H*D and +2*H*D of q are refused.
+TEST(FusionFull, PackedAttentionReadsTheProjectionInPlace) {
+  const std::int64_t B = 2, S = 9, H = 3, D = 8, E = H * D;
+  const auto qkv = rand_vec(static_cast<std::size_t>(B * S * 3 * E), 191, -1.f, 1.f);
+  // Dense (B, H, S, D) copies of q, k, v.
+  std::vector<std::vector<float>> dense(3, std::vector<float>(static_cast<std::size_t>(B * H * S * D)));
+  for (int w = 0; w < 3; ++w)
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t s = 0; s < S; ++s)
+          for (std::int64_t d = 0; d < D; ++d)
+            dense[w][static_cast<std::size_t>(((b * H + h) * S + s) * D + d)] =
+                qkv[static_cast<std::size_t>(((b * S + s) * 3 + w) * E + h * D + d)];
+  OpDesc ref;
+  ref.op = OpKind::attention;
+  ref.params = AttentionParams{};
+  ref.inputs.assign(3, TensorDesc{Shape{B, H, S, D}});
+  OpDesc packed = ref;
+  std::get<AttentionParams>(packed.params).packed_qkv = true;
+  for (Stage st : {Stage::naive, Stage::simd, Stage::fused}) {
+    Context ctx;
+    ctx.stage = st;
+    auto rq = Tensor::view(dense[0].data(), Shape{B, H, S, D});
+    auto rk = Tensor::view(dense[1].data(), Shape{B, H, S, D});
+    auto rv = Tensor::view(dense[2].data(), Shape{B, H, S, D});
+    auto ro = Tensor::create(Shape{B, H, S, D});
+    auto rp = prepare(ref, ctx);
+    ASSERT_TRUE(rp && rq && rk && rv && ro);
+    ASSERT_TRUE(rp->execute({&*rq, &*rk, &*rv}, {&*ro}));
+    std::vector<float> out(static_cast<std::size_t>(B * S * E));
+    auto pq = Tensor::view(qkv.data(), Shape{B, H, S, D});
+    auto pk = Tensor::view(qkv.data() + E, Shape{B, H, S, D});
+    auto pv = Tensor::view(qkv.data() + 2 * E, Shape{B, H, S, D});
+    auto po = Tensor::view(out.data(), Shape{B, H, S, D});
+    auto pp = prepare(packed, ctx);
+    ASSERT_TRUE(pp && pq && pk && pv && po) << stage_name(st);
+    ASSERT_TRUE(pp->execute({&*pq, &*pk, &*pv}, {&*po}));
+    // out is (B, S, H, D): compare element by element with the dense (B, H, S, D) result.
+    std::vector<float> want(out.size());
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t s = 0; s < S; ++s)
+          for (std::int64_t d = 0; d < D; ++d)
+            want[static_cast<std::size_t>(((b * S + s) * H + h) * D + d)] = ro->data()[((b * H + h) * S + s) * D + d];
+    const auto c = check::compare(out, want, check::tolerance(ref));
+    EXPECT_TRUE(c.ok) << stage_name(st) << ": " << c.reason;
+    // k not where the packed layout puts it.
+    auto bad = Tensor::view(qkv.data() + E + 1, Shape{B, H, S, D});
+    const Status s = pp->execute({&*pq, &*bad, &*pv}, {&*po});
+    EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+    EXPECT_NE(s.message().find("packed_qkv"), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace

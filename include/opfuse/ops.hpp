@@ -29,6 +29,7 @@
 //   eltwise_chain      x; one operand per binary step (broadcastable to x).   out: y like x
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -229,7 +230,17 @@ struct AttentionParams {
   // Causally hidden keys are never read (NaN there does not spread, as in a flash kernel that
   // skips hidden tiles); a query with no visible key outputs 0 (the softmax fully-masked rule).
   bool causal = false;
+  // Packed layout (what one horizontally fused Q/K/V projection writes, read in place): q, k and
+  // v keep their logical (B, H, S, D) descs (S and D equal for all three), but they are views of
+  // one (B, S, 3, H, D) buffer - k's data H*D floats after q's, v's 2*H*D after - so each has
+  // strides (S*3*H*D, D, 3*H*D, 1); and o is written as (B, S, H, D) memory, strides
+  // (S*H*D, D, H*D, 1), which is what the next projection reads. attention_strides() gives them.
+  bool packed_qkv = false;
 };
+struct OpDesc;
+// The element strides a kernel uses for attention operand `which` (0 q, 1 k, 2 v, 3 o): dense for
+// the usual layout, the packed ones above when desc's params say packed_qkv.
+std::array<std::int64_t, kMaxRank> attention_strides(const OpDesc& desc, int which);
 
 struct InvertedResidualParams {
   bool has_expand = true;   // MobileNetV2 blocks with expansion ratio 1 have no expand conv

@@ -230,6 +230,7 @@ std::vector<std::string> key_params(const Graph& g, const Node& n, OpKind op) {
       if (p.scale != 0.f) t.push_back(fmt::format("scale{:g}", p.scale));
       flag(p.has_mask, "+mask");
       flag(p.causal, "+causal");
+      flag(p.packed_qkv, "+packed_qkv");
       break;
     }
     case OpKind::inverted_residual: {

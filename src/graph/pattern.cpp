@@ -82,10 +82,22 @@ void record_fusion(Graph& g, std::string_view fusion, const std::vector<int>& ma
     Node& n = g.node(id);
     origin.insert(n.origin.begin(), n.origin.end());
   }
+  // The history: every fusion that built a matched node, then this one.
+  std::vector<std::string> history;
+  const auto add = [&](const std::string& f) {
+    if (std::find(history.begin(), history.end(), f) == history.end()) history.push_back(f);
+  };
+  for (int id : matched)
+    for (const std::string& f : g.node(id).fused_by) add(f);
+  for (int id : result)
+    for (const std::string& f : g.node(id).fused_by) add(f);
+  // The latest fusion last (the fallback refuses that one first).
+  history.erase(std::remove(history.begin(), history.end(), std::string(fusion)), history.end());
+  history.emplace_back(fusion);
   for (int id : result) {
     Node& n = g.node(id);
     n.origin.assign(origin.begin(), origin.end());
-    n.fused_by.emplace_back(fusion);
+    n.fused_by = history;
   }
 }
 

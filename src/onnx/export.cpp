@@ -162,6 +162,7 @@ void write_params(::onnx::NodeProto* n, const OpParams& params) {
           set_float(n, "scale", p.scale);
           set_int(n, "has_mask", p.has_mask);
           set_int(n, "causal", p.causal);
+          set_int(n, "packed_qkv", p.packed_qkv);
         } else if constexpr (std::is_same_v<P, InvertedResidualParams>) {
           set_int(n, "has_expand", p.has_expand);
           set_int(n, "stride", p.stride);

@@ -153,7 +153,7 @@ Status Specialization::plan_memory(const CompileOptions& options) {
   // In place: the output takes over an input's slot when this node is the input's last reader.
   for (std::size_t s = 0; s < order.size(); ++s) {
     const Node& n = g.node(order[s]);
-    if (!runs_on_registry(g, n) || n.outputs.size() != 1) continue;
+    if (!runs_on_registry(g, n) || n.outputs.size() != 1 || is_packed_attention(n)) continue;
     auto desc = registry_desc(g, n);
     if (!desc) continue;
     const int out = n.outputs[0];
@@ -275,11 +275,11 @@ Status Specialization::build_steps(const CompileOptions& options) {
   ctx.max_isa = options.max_isa;
   ctx.own_workspace = false;  // the steps run one at a time: they share one workspace
   ctx.excluded_kernels = options.excluded_kernels;
-  auto view = [&](int v, const TensorDesc& d, bool writable) -> Result<const Tensor*> {
+  auto view = [&](int v, const TensorDesc& d, bool writable, std::int64_t offset = 0) -> Result<const Tensor*> {
     void* p = data_[static_cast<std::size_t>(v)];
     if (!p) return Status(StatusCode::internal, fmt::format("value '{}' has no storage", g.value(v).name));
-    auto t = writable ? Tensor::view(static_cast<float*>(p), d.shape, d.layout)
-                      : Tensor::view(static_cast<const float*>(p), d.shape, d.layout);
+    auto t = writable ? Tensor::view(static_cast<float*>(p) + offset, d.shape, d.layout)
+                      : Tensor::view(static_cast<const float*>(p) + offset, d.shape, d.layout);
     if (!t) return t.status();
     extra_.push_back(std::make_unique<Tensor>(*t));
     return extra_.back().get();
@@ -306,11 +306,12 @@ Status Specialization::build_steps(const CompileOptions& options) {
       st.kind = Step::Kind::registry;
       auto desc = registry_desc(g, n);
       if (!desc) return desc.status();
-      std::vector<const Tensor*> constants(n.inputs.size(), nullptr);
+      std::vector<const Tensor*> constants(desc->inputs.size(), nullptr);
       bool any_const = false;
-      for (std::size_t k = 0; k < n.inputs.size(); ++k) {
-        const bool c = g.value(n.inputs[k]).is_constant();
-        auto t = view(n.inputs[k], desc->inputs[k], !c);
+      for (std::size_t k = 0; k < desc->inputs.size(); ++k) {
+        const auto [value, offset] = desc_operand(n, *desc, k);
+        const bool c = g.value(value).is_constant();
+        auto t = view(value, desc->inputs[k], !c, offset);
         if (!t) return node_error(n, t.status().code(), t.status().message());
         st.in.push_back(*t);
         if (c) {

@@ -33,6 +33,14 @@ bool runs_on_registry(const graph::Graph& g, const graph::Node& n);
 // as shape (1), the 1-D forms of conv2d / pools as (N, C, 1, L). Errors name the node.
 Result<OpDesc> registry_desc(const graph::Graph& g, const graph::Node& n);
 
+// An attention node in the packed layout (AttentionParams::packed_qkv): its graph inputs are
+// qkv (B, S, 3*H*D) and [mask], its output (B, S, H, D); its desc has q, k, v (B, H, S, D), all
+// three views of qkv (registry_desc takes B, S, H, D from the output's dims).
+bool is_packed_attention(const graph::Node& n);
+// Where desc input k of registry node n lives: the graph value and the offset in floats into it
+// (packed attention: q, k and v are the qkv value at 0, H*D and 2*H*D).
+std::pair<int, std::int64_t> desc_operand(const graph::Node& n, const OpDesc& desc, std::size_t k);
+
 // MatMul's geometry under NumPy's rules, for valid operand dims (shape inference checked them):
 // 1-D operands promoted, y (batches, M, N) = a (.., M, K) x b (.., K, N), and for each output
 // batch the index of the (M, K) matrix of a and the (K, N) matrix of b it multiplies (size-1

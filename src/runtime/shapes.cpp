@@ -155,12 +155,47 @@ MatmulGeometry matmul_geometry(std::vector<std::int64_t> a, std::vector<std::int
   return mg;
 }
 
+bool is_packed_attention(const Node& n) {
+  if (n.op != NodeOp::attention || !n.params) return false;
+  const auto* p = std::get_if<AttentionParams>(&*n.params);
+  return p && p->packed_qkv;
+}
+
+std::pair<int, std::int64_t> desc_operand(const Node& n, const OpDesc& desc, std::size_t k) {
+  if (!is_packed_attention(n)) return {n.inputs[k], 0};
+  const Shape& q = desc.inputs[0].shape;
+  if (k < 3) return {n.inputs[0], static_cast<std::int64_t>(k) * q[1] * q[3]};
+  return {n.inputs[k - 2], 0};
+}
+
 Result<OpDesc> registry_desc(const Graph& g, const Node& n) {
   const auto kind = graph::registry_op(n.op);
   if (!kind || !n.params) return node_error(n, StatusCode::internal, "not a registry op");
   OpDesc d;
   d.op = *kind;
   d.params = *n.params;
+  if (is_packed_attention(n)) {
+    if (n.inputs.empty() || n.outputs.size() != 1 || n.inputs[0] < 0)
+      return node_error(n, StatusCode::invalid_argument, "packed attention takes qkv and an optional mask");
+    auto od = static_dims(g.value(n.outputs[0]));
+    auto qd = static_dims(g.value(n.inputs[0]));
+    if (!od || !qd || od->size() != 4)
+      return node_error(n, StatusCode::invalid_argument, "packed attention needs a static (B, S, H, D) output");
+    const auto& o = *od;
+    std::int64_t qn = 1;
+    for (std::int64_t x : *qd) qn *= x;
+    if (qn != 3 * o[0] * o[1] * o[2] * o[3])
+      return node_error(n, StatusCode::invalid_argument,
+                        fmt::format("packed qkv holds {} floats, 3 x the output's {}", qn, o[0] * o[1] * o[2] * o[3]));
+    const TensorDesc t{Shape{o[0], o[2], o[1], o[3]}, Layout::nchw};
+    d.inputs = {t, t, t};
+    for (std::size_t k = 1; k < n.inputs.size(); ++k) {
+      auto md = static_dims(g.value(n.inputs[k]));
+      if (!md) return node_error(n, StatusCode::invalid_argument, md.status().message());
+      d.inputs.push_back(TensorDesc{Shape::of(md->data(), static_cast<int>(md->size())), Layout::nchw});
+    }
+    return d;
+  }
   const bool view_1d =
       is_pool_or_conv(n.op) && !n.inputs.empty() && n.inputs[0] >= 0 && g.value(n.inputs[0]).dims.size() == 3;
   for (std::size_t k = 0; k < n.inputs.size(); ++k) {
@@ -188,6 +223,7 @@ namespace {
 // Output dims of a registry node from the registry's output descs, undoing the views.
 std::vector<std::int64_t> from_registry(const Graph& g, const Node& n, const Shape& s) {
   std::vector<std::int64_t> d(s.dims.begin(), s.dims.begin() + s.rank);
+  if (is_packed_attention(n) && d.size() == 4) std::swap(d[1], d[2]);  // o is (B, S, H, D) memory
   if (is_pool_or_conv(n.op) && g.value(n.inputs[0]).dims.size() == 3 && d.size() == 4) d.erase(d.begin() + 2);
   bool all_scalar = !n.inputs.empty();
   for (int id : n.inputs) all_scalar = all_scalar && id >= 0 && g.value(id).dims.empty();

@@ -15,6 +15,7 @@
 // becomes (0, 2, 1, 3)); otherwise one transpose of the last two dims is added.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "fusion.hpp"
@@ -126,6 +127,151 @@ Result<int> attention_subgraph(Graph& g) {
   auto plain = rewrite_chains(g, "attention_subgraph", {qk, scale, softmax, pv}, rewrite);
   if (!plain) return plain;
   return *masked + *plain;
+}
+
+// ---- horizontal fusion: Q, K and V projections as one gemm, read in place ---------------------
+//
+// After attention_subgraph, BERT's attention reads q, k and v each through its own chain: a gemm
+// (the projection, with bias) of the same hidden states, a reshape to (B, S, H, D) and a
+// transpose to (B, H, S, D) - three 128 x 768 x 768 gemms and three copies - and its output goes
+// through a transpose back to (B, S, H, D). The three gemms share their A operand: one gemm with
+// the weights side by side (K, 3N) and the biases concatenated reads A once and writes the
+// (B*S, 3*H*D) packed qkv, whose rows hold q, k and v of a token next to each other. The
+// attention then reads q, k and v in place from it (AttentionParams::packed_qkv: strided views)
+// and writes its output straight in (B, S, H, D) order, so the four transposes disappear.
+namespace {
+
+bool is_view_op(NodeOp op) {
+  return op == NodeOp::reshape || op == NodeOp::flatten || op == NodeOp::squeeze || op == NodeOp::unsqueeze;
+}
+
+int only_reader(const std::vector<std::vector<int>>& consumers, const Graph& g, int v) {
+  if (v < 0 || static_cast<std::size_t>(v) >= consumers.size() || is_graph_output(g, v)) return -1;
+  const auto& r = consumers[static_cast<std::size_t>(v)];
+  return r.size() == 1 ? r[0] : -1;
+}
+
+// The projection behind attention operand `v`: Transpose(0,2,1,3) <- reshape-likes <- gemm, each
+// intermediate read once. Fills `chain` (transpose, views..., gemm) and returns the gemm, or -1.
+int projection_of(const Graph& g, const std::vector<std::vector<int>>& consumers, int v, std::vector<int>& chain) {
+  const int t = g.value(v).producer;
+  if (t < 0 || only_reader(consumers, g, v) < 0) return -1;
+  const Node& tn = g.node(t);
+  const auto* perm = tn.attr<std::vector<std::int64_t>>("perm");
+  if (tn.op != NodeOp::transpose || !perm || *perm != std::vector<std::int64_t>{0, 2, 1, 3}) return -1;
+  chain.push_back(t);
+  int x = tn.inputs[0];
+  while (true) {
+    if (only_reader(consumers, g, x) < 0) return -1;
+    const int p = g.value(x).producer;
+    if (p < 0) return -1;
+    const Node& pn = g.node(p);
+    chain.push_back(p);
+    if (pn.op == NodeOp::gemm) return p;
+    if (!is_view_op(pn.op)) return -1;
+    x = pn.inputs[0];
+  }
+}
+
+// A gemm that is a plain projection: y = a W + b, W (K, N) and b (N) constant, nothing else.
+bool plain_projection(const Graph& g, const Node& n) {
+  const auto& p = std::get<GemmParams>(*n.params);
+  if (!p.post_ops.empty() || !p.has_bias || p.trans_a || p.trans_b || p.alpha != 1.f || p.beta != 0.f) return false;
+  if (n.inputs.size() != 3 || !is_constant_value(g, n.inputs[1]) || !is_constant_value(g, n.inputs[2])) return false;
+  const Value& w = g.value(n.inputs[1]);
+  const Value& b = g.value(n.inputs[2]);
+  return w.dims.size() == 2 && all_static(w.dims) && b.dims.size() == 1 && b.dims[0] == w.dims[1] && w.f32_data &&
+         b.f32_data;
+}
+
+// The value a gemm's A really is: through reshape-likes whose dims end as A's, back to their source.
+int a_source(const Graph& g, int a) {
+  const Value& v = g.value(a);
+  if (v.producer >= 0 && is_view_op(g.node(v.producer).op)) return g.node(v.producer).inputs[0];
+  return a;
+}
+
+}  // namespace
+
+Result<int> qkv_packed_attention(Graph& g) {
+  const auto consumers = g.consumer_lists();
+  int rewritten = 0;
+  const std::size_t count = g.nodes().size();
+  for (std::size_t id = 0; id < count; ++id) {
+    const Node& a = g.node(static_cast<int>(id));
+    if (a.dead || a.op != NodeOp::attention || a.inputs.size() < 3) continue;
+    const auto& ap = std::get<AttentionParams>(*a.params);
+    if (ap.packed_qkv || ap.causal) continue;
+    std::vector<int> matched = {a.id};
+    int gemms[3];
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i) {
+      gemms[i] = projection_of(g, consumers, a.inputs[static_cast<std::size_t>(i)], matched);
+      ok = gemms[i] >= 0 && plain_projection(g, g.node(gemms[i]));
+    }
+    if (!ok) continue;
+    // One A for all three (each may flatten the same source into the same dims), one K, one N.
+    const Node& gq = g.node(gemms[0]);
+    const int aq = gq.inputs[0];
+    const Dims wd = g.value(gq.inputs[1]).dims;
+    for (int i = 1; i < 3 && ok; ++i) {
+      const Node& gi = g.node(gemms[i]);
+      const int ai = gi.inputs[0];
+      ok = (ai == aq || (a_source(g, ai) == a_source(g, aq) && g.value(ai).dims == g.value(aq).dims)) &&
+           g.value(gi.inputs[1]).dims == wd;
+    }
+    // The output goes only through Transpose(0,2,1,3) back to (B, S, H, D).
+    const int to = only_reader(consumers, g, a.outputs[0]);
+    if (!ok || to < 0) continue;
+    const Node& tn = g.node(to);
+    const auto* perm = tn.attr<std::vector<std::int64_t>>("perm");
+    if (tn.op != NodeOp::transpose || !perm || *perm != std::vector<std::int64_t>{0, 2, 1, 3}) continue;
+    const Dims qd = g.value(a.inputs[0]).dims;  // (B, H, S, D)
+    if (qd.size() != 4 || !all_static(qd) || wd[1].value != qd[1].value * qd[3].value) continue;
+    if (g.value(a.inputs[1]).dims != qd || g.value(a.inputs[2]).dims != qd) continue;
+    matched.push_back(to);
+    // The A flattens of K and V go too when the gemm was their only reader.
+    for (int i = 1; i < 3; ++i) {
+      const int ai = g.node(gemms[i]).inputs[0];
+      const int p = g.value(ai).producer;
+      if (ai != aq && p >= 0 && only_reader(consumers, g, ai) == gemms[i]) matched.push_back(p);
+    }
+    if (!fusable(g, matched, "qkv_packed_attention")) continue;
+    const std::int64_t K = wd[0].value, N = wd[1].value;
+    std::vector<float> w(static_cast<std::size_t>(K * 3 * N)), b(static_cast<std::size_t>(3 * N));
+    for (int i = 0; i < 3; ++i) {
+      const auto& wi = *g.value(g.node(gemms[i]).inputs[1]).f32_data;
+      const auto& bi = *g.value(g.node(gemms[i]).inputs[2]).f32_data;
+      for (std::int64_t r = 0; r < K; ++r) std::copy_n(wi.begin() + r * N, N, w.begin() + r * 3 * N + i * N);
+      std::copy(bi.begin(), bi.end(), b.begin() + i * N);
+    }
+    const std::string name = gq.name + "#qkv";
+    auto wv = g.add_initializer(name + ".weight", Dims{K, 3 * N}, std::move(w));
+    auto bv = g.add_initializer(name + ".bias", Dims{3 * N}, std::move(b));
+    const Dims ad = g.value(aq).dims;
+    Dims qkv_dims = ad;
+    qkv_dims.back() = Dim(3 * N);
+    auto qkv = g.add_value(name, DType::f32, qkv_dims);
+    if (!wv || !bv || !qkv) return Status(StatusCode::internal, "qkv_packed_attention: cannot add values");
+    std::vector<int> mask_in(a.inputs.begin() + 3, a.inputs.end());
+    AttentionParams p = ap;
+    p.packed_qkv = true;
+    const int y = tn.outputs[0];
+    const std::string aname = a.name;
+    for (int n : matched)
+      if (Status s = g.remove_node(n); !s) return s;
+    GemmParams gp;
+    gp.has_bias = true;
+    auto gn = g.add_node(NodeOp::gemm, name, {aq, *wv, *bv}, {*qkv}, OpParams(gp));
+    if (!gn) return gn.status();
+    std::vector<int> ins = {*qkv};
+    ins.insert(ins.end(), mask_in.begin(), mask_in.end());
+    auto an = g.add_node(NodeOp::attention, aname + "#packed", ins, {y}, OpParams(p));
+    if (!an) return an.status();
+    record_fusion(g, "qkv_packed_attention", matched, {*gn, *an});
+    ++rewritten;
+  }
+  return rewritten;
 }
 
 }  // namespace opfuse::graph

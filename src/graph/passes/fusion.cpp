@@ -48,6 +48,9 @@ constexpr Fusion kFusions[] = {
   {"cancel_reshape_transpose", FusionLevel::advanced,
    "Back-to-back reshapes become one (or none), back-to-back transposes compose (or cancel)",
    cancel_reshape_transpose},
+  {"qkv_packed_attention", FusionLevel::full,
+   "Q, K and V projections of one input as one gemm (weights side by side); the attention reads it in place",
+   qkv_packed_attention},
   // Last: it only takes elementwise ops that no epilogue or pattern above could.
   {"eltwise_chain", FusionLevel::advanced,
    "Runs of elementwise ops (activations, binary ops with a broadcast operand) as one eltwise_chain pass",

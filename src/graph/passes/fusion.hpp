@@ -62,6 +62,7 @@ Result<int> conv_maxpool(Graph& g);               // conv_pool.cpp
 Result<int> eltwise_chains(Graph& g);             // eltwise.cpp
 Result<int> cancel_reshape_transpose(Graph& g);   // reshape.cpp
 Result<int> attention_subgraph(Graph& g);         // attention.cpp
+Result<int> qkv_packed_attention(Graph& g);       // attention.cpp
 Result<int> inverted_residual_block(Graph& g);    // inverted_residual.cpp
 
 }  // namespace opfuse::graph
