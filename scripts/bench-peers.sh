@@ -29,7 +29,9 @@ RUN_TIMEOUT=${OPFUSE_PEER_TIMEOUT:-300}  # seconds; a hung peer becomes a "faile
 start=$SECONDS
 
 mkdir -p "$OUT_DIR"
-rm -f "$OUT_DIR"/peer_*.json
+# OPFUSE_ROUND=K: round K of several (see bench-models.sh): .rK files, nothing removed.
+suffix=""
+if [ -n "${OPFUSE_ROUND:-}" ]; then suffix=".r$OPFUSE_ROUND"; else rm -f "$OUT_DIR"/peer_*.json; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -85,7 +87,7 @@ ort_missing() {
 run_peer() {
   local model=$1 peer=$2 config=$3 t=$4 why_not=$5
   shift 5
-  local out="$OUT_DIR/peer_${model}_${peer}_${config}_t${t}.json"
+  local out="$OUT_DIR/peer_${model}_${peer}_${config}_t${t}${suffix}.json"
   if [ -n "$why_not" ]; then
     echo "bench-peers: $peer $config $model t$t $why_not" >&2
     record "$out" "$model" "$peer" "$config" "$t" "${why_not%%: *}" "${why_not#*: }"
@@ -103,7 +105,7 @@ run_peer() {
   fi
 }
 
-if [ "$quick" -eq 1 ]; then reps=(--warmup 0 --repeat 1); else reps=(--warmup 3 --repeat 15); fi
+if [ "$quick" -eq 1 ]; then reps=(--warmup 0 --repeat 1); else reps=(--warmup 3 --repeat "${OPFUSE_REPEAT:-15}"); fi
 cores=$(nproc)
 threads="1"
 if [ "$cores" -gt 1 ]; then threads="1 $cores"; fi

@@ -20,8 +20,18 @@ start=$(date +%s)
 # PyTorch and ONNX Runtime on the same ONNX files in the same run (scripts/bench-peers.sh).
 quick=0
 for a in "$@"; do [ "$a" = --quick ] && quick=1; done
-OPFUSE_QUICK=$quick ./scripts/bench-models.sh "$BUILD_DIR" "$REPORT_DIR/models"
-OPFUSE_QUICK=$quick ./scripts/bench-peers.sh "$BUILD_DIR" "$REPORT_DIR/models"
+if [ "$quick" -eq 1 ]; then
+  OPFUSE_QUICK=1 ./scripts/bench-models.sh "$BUILD_DIR" "$REPORT_DIR/models"
+  OPFUSE_QUICK=1 ./scripts/bench-peers.sh "$BUILD_DIR" "$REPORT_DIR/models"
+else
+  # Interleaved rounds: the machine's drift over minutes then slows every row alike.
+  rm -rf "$REPORT_DIR/models"
+  for round in 1 2 3; do
+    OPFUSE_ROUND=$round OPFUSE_REPEAT=8 ./scripts/bench-models.sh "$BUILD_DIR" "$REPORT_DIR/models"
+    OPFUSE_ROUND=$round OPFUSE_REPEAT=5 ./scripts/bench-peers.sh "$BUILD_DIR" "$REPORT_DIR/models"
+  done
+  python3 scripts/merge_rounds.py "$REPORT_DIR/models"
+fi
 # Debian's python3 has python3-matplotlib for the charts (a python3 earlier on PATH, such as a
 # pyenv shim, may not); without matplotlib the report is still written, without charts.
 PYTHON=/usr/bin/python3

@@ -77,8 +77,8 @@ def sentence(model, kind, config, r, prev, simd_none):
     if kind == "fused":
         added = fusions_added(r, prev)
         if not added:
-            return (f"Nothing more matched at this level; {prev['latency_ms']:.2f} -> {r['latency_ms']:.2f} ms is "
-                    "run-to-run noise.")
+            return (f"No fusion of this level matched: the same plan as the row before, so {prev['latency_ms']:.2f} "
+                    f"-> {r['latency_ms']:.2f} ms is run-to-run variation.")
         saved = prev.get("modeled_bytes", 0) - r.get("modeled_bytes", 0)
         return (f"{', '.join(added)}: {prev.get('kernels', prev['nodes'])} -> {r.get('kernels', r['nodes'])} "
                 f"kernels, {saved / 1e6:.1f} MB fewer bytes moved per inference "
@@ -183,11 +183,14 @@ def section(models_dir, chart=None):
     runs = load(models_dir)
     if not runs:
         return []
+    rounds = max((r.get("rounds", 1) for r in runs.values()), default=1)
     out = ["## Whole models: the fusion table\n",
            "Each built-in model from naive to fused + full (`opfuse run MODEL --stage S --fusion F --threads T "
            "--json`), then PyTorch and ONNX Runtime on the same ONNX file in the same run "
            "(`scripts/bench-peers.sh`; a peer that is not installed is listed as skipped). Latency: median and "
-           "min over the runs. Peak memory: opfuse's plan (weights + activation arena + shared kernel workspace) "
+           "min over the runs" + (f", pooled over {rounds} interleaved rounds (each row's runs are spread over the "
+                                   "whole job, so drift of the machine slows every row alike)" if rounds > 1 else "") +
+           ". Peak memory: opfuse's plan (weights + activation arena + shared kernel workspace) "
            "with the process's max RSS beside it; the peers' process peak RSS (it includes their runtime). "
            "Kernels: launched per inference (views do not count). Bytes moved: the modeled traffic of one "
            "inference, every tensor each kernel reads and writes once. Speed-up: the naive row's median over "

@@ -132,6 +132,8 @@ NodeOp node_op(OpKind op) noexcept;
 //   conv2d, maxpool2d, avgpool2d  also 1-D: x (N,C,L), w (K,C/g,k), params' H side trivial
 //                                 (kernel_h 1, stride_h 1, no H padding); run as (N,C,1,L).
 //   any op                         a rank-0 value (an ONNX scalar) runs as shape (1).
+//   attention with packed_qkv      inputs qkv (B, S, 3*H*D), [mask]; output (B, S, H, D): the
+//                                  registry's q, k, v are views of qkv (runtime::desc_operand).
 //   add sub mul div                also on i64 (shape arithmetic): run by the host ops.
 // Everything else carries attrs (keys below) and is run by the runtime's host ops. Shape-like
 // operands are i64 *inputs* in ONNX's opset-13+ order, whatever the model's opset: the importer
