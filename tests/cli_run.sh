@@ -36,6 +36,8 @@ grep -q "fold_batchnorm_into_conv *x52" "$W/out.txt" || { echo "FAIL: --fusion b
 expect 0 "$OPF" fusions --json
 grep -q '"level": "basic"' "$W/out.txt" || { echo "FAIL: opfuse fusions --json lacks the basic level"; fails=$((fails + 1)); }
 expect 2 "$OPF" run resnet50 --stage turbo
+expect 2 "$OPF" run mobilenet_v2 --exclude-kernel no_such_kernel --repeat 1
+expect 2 "$OPF" run mobilenet_v2 --repeat 1 --save-optimized /nonexistent/dir/m.onnx
 "$OPF" export mobilenet_v2 "$W/mobilenet_v2.onnx" >/dev/null || fails=$((fails + 1))
 head -c 5000 "$W/mobilenet_v2.onnx" >"$W/truncated.onnx"
 expect 2 "$OPF" run "$W/truncated.onnx"

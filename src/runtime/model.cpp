@@ -18,6 +18,7 @@
 #include "executor.hpp"
 #include "groups.hpp"
 #include "opfuse/model.hpp"
+#include "opfuse/registry.hpp"
 #include "runtime.hpp"
 #include "src/graph/passes/fusion.hpp"
 #include "src/onnx/builtin.hpp"
@@ -279,6 +280,11 @@ Result<Plan> Plan::compile(const Model& model, const CompileOptions& options) no
     if (static_cast<int>(options.fusion) > static_cast<int>(FusionLevel::full))
       return Status(StatusCode::invalid_argument,
                     fmt::format("compile: fusion level {} is unknown", static_cast<int>(options.fusion)));
+    for (const std::string& k : options.excluded_kernels)
+      if (!find_kernel(k))
+        return Status(
+            StatusCode::invalid_argument,
+            fmt::format("compile: excluded kernel '{}' is not a registered kernel (opfuse ops lists them)", k));
     if (options.max_cached_shapes < 1)
       return Status(StatusCode::invalid_argument,
                     fmt::format("compile: max_cached_shapes {} must be >= 1", options.max_cached_shapes));
