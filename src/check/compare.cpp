@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "check/check.hpp"
+#include "src/check/compare.hpp"
 
 namespace opfuse::check {
 

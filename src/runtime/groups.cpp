@@ -26,7 +26,7 @@
 #include "opfuse/primitive.hpp"
 #include "opfuse/registry.hpp"
 #include "runtime.hpp"
-#include "src/check/check.hpp"
+#include "src/check/compare.hpp"
 
 namespace opfuse::runtime {
 
