@@ -78,6 +78,7 @@ if [ "$(id -u)" -eq 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  install_peers
 else
   echo "setup: missing packages: ${missing[*]}" >&2
   echo "setup: run this once, then retry:" >&2
