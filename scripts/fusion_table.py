@@ -179,8 +179,8 @@ def targets(runs):
     return out
 
 
-def section(models_dir, chart=None):
-    runs = load(models_dir)
+def section(runs, chart=None):
+    """The report's fusion table from load()'s records."""
     if not runs:
         return []
     rounds = max((r.get("rounds", 1) for r in runs.values()), default=1)
@@ -225,9 +225,9 @@ def section(models_dir, chart=None):
     return out
 
 
-def draw(models_dir, out_dir, plt):
-    """fusion_table.png: one panel per model, latency per row at each thread count (log scale)."""
-    runs = load(models_dir)
+def draw(runs, out_dir, plt):
+    """fusion_table.png (from load()'s records): one panel per model, latency per row at each thread
+    count (log scale)."""
     models = [m for m in MODELS if any(k[0] == m for k in runs)]
     if not models:
         return None

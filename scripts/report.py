@@ -537,18 +537,10 @@ def target_ceilings(run):
 
 def models_section(models_dir, chart=None):
     """The main job's whole-model runs: the fusion table (fusion_table.py), then the graph overhead."""
-    import glob
     import fusion_table
-    out = fusion_table.section(models_dir, chart)
-    runs = []
-    for path in sorted(glob.glob(os.path.join(models_dir, "*.json"))):
-        try:
-            with open(path) as f:
-                r = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if "peer" not in r:
-            runs.append(r)
+    loaded = fusion_table.load(models_dir)
+    out = fusion_table.section(loaded, chart)
+    runs = [r for r in loaded.values() if "peer" not in r]
     order = {"naive": 0, "simd": 1, "fused": 2, "cuda": 3}
     runs.sort(key=lambda r: (str(r.get("model")), order.get(r.get("stage"), 9), r.get("threads", 0)))
     prof = [r for r in runs if "profile_sum_ms" in r and "latency_ms" in r]
@@ -748,7 +740,7 @@ def main(argv):
             charts = draw_charts(run, out_dir)
             import matplotlib.pyplot as plt
             import fusion_table
-            fusion_chart = fusion_table.draw(os.path.join(out_dir, "models"), out_dir, plt)
+            fusion_chart = fusion_table.draw(fusion_table.load(os.path.join(out_dir, "models")), out_dir, plt)
             if fusion_chart:
                 charts["_fusion"] = fusion_chart
     md_path = os.path.join(out_dir, md_name)
