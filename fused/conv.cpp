@@ -190,6 +190,7 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
         const i64 cn = std::min(CB, g.Cg - c0);
         const bool first = c0 == 0, last = c0 + cn == g.Cg;
         const float* wc = wk + c0 * g.R * g.S * pl.KB;
+        const simd::DirectPrefetch pf(wc + cn * g.R * g.S * pl.KB, wp + pl.wfloats, CB * g.R * g.S * pl.KB, ntiles);
         simd::TilePixels tp(p0);
         for (i64 t = 0; t < ntiles; ++t) {
           const float* xs[MR];
@@ -204,7 +205,8 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
           }
           simd::direct_tile<Arch, MR, NV>(
               xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first,
-              DirectTileEpi<Arch>{last && epi.n > 0 && !pl.ybuf ? &epi : nullptr, pix, k0, valid});
+              DirectTileEpi<Arch>{last && epi.n > 0 && !pl.ybuf ? &epi : nullptr, pix, k0, valid}, pf.at(t),
+              pf.count(t));
         }
       }
     }

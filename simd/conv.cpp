@@ -261,6 +261,7 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
         const i64 cn = std::min(CB, g.Cg - c0);
         const bool first = c0 == 0, last = c0 + cn == g.Cg;
         const float* wc = wk + c0 * g.R * g.S * pl.KB;
+        const DirectPrefetch pf(wc + cn * g.R * g.S * pl.KB, wp + pl.wfloats, CB * g.R * g.S * pl.KB, ntiles);
         TilePixels tp(p0);
         for (i64 t = 0; t < ntiles; ++t) {
           const float* xs[MR];
@@ -272,7 +273,8 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
             xs[i] = xn + (ps[i] * g.sh * pl.Wp + qs[i] * g.sw) * C + gi * g.Cg + c0;
             ys[i] = pix < npix ? yt + pix * K + k0 : nullptr;
           }
-          direct_tile<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first);
+          direct_tile<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first, NoTileEpi{},
+                                    pf.at(t), pf.count(t));
           if (last && !pl.ybuf && ch.n > 0) {  // NHWC output: the chain on the tile just stored
             for (int i = 0; i < MR; ++i)
               if (ys[i]) chain_run<Arch>(ch, ys[i], valid, n, k0, ps[i], qs[i], true);

@@ -112,9 +112,12 @@ struct NoTileEpi {
 //   ys[i]: where pixel i's channels of this block go (nullptr: tile padding, not stored)
 //   epi:   epi(acc, ys) maps the finished accumulators before the store (the fused stage's
 //          post-op chain on the last channel block; NoTileEpi compiles to nothing)
+//   pf, npf: npf cache lines from pf to request into L2 along the FMA loop, one per channel
+//          step (DirectPrefetch: this tile's share of the next weight block)
 template <class Arch, int MR, int NV, class Epi = NoTileEpi>
 void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i64 row_step, i64 col_step,
-                 const float* bias, float* const* ys, i64 valid_k, bool first, const Epi& epi = Epi{}) {
+                 const float* bias, float* const* ys, i64 valid_k, bool first, const Epi& epi = Epi{},
+                 const float* pf = nullptr, i64 npf = 0) {
   using B = fbatch<Arch>;
   constexpr int Wd = static_cast<int>(B::size);
   B acc[MR][NV];
@@ -148,6 +151,11 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
         B wv[NV];
         for (int v = 0; v < NV; ++v) wv[v] = B::load_aligned(w + v * Wd);
         w += NV * Wd;
+        if (npf > 0) {
+          __builtin_prefetch(pf, 0, 2);
+          pf += 16;
+          --npf;
+        }
         for (int i = 0; i < MR; ++i) {
           const B xb(px[i][c]);
           for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(xb, wv[v], acc[i][v]);
@@ -176,6 +184,24 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
 // 3x3 64->64 @56 and 128->128 @28 (4 A/B pairs): every block beyond the first reloads and
 // re-stores the tile's partial sums, and the c loop is shorter.
 inline i64 direct_cblock(const ConvGeom& g, i64 KB) { return std::clamp<i64>(36864 / (g.R * g.S * KB), 4, g.Cg); }
+
+// The next weight block, requested into L2 while this block's tiles run: tile t of ntiles asks
+// for its share of the lines. A block is read from memory once per row block (the whole weight
+// array streams through every row block), and its first tile alone would run at the speed of
+// that stream; the L2 stream prefetcher does not run far enough ahead to hide it when the
+// weights are large and the pixels few (ResNet-50's layer4: 9.4 MB over 49 pixels).
+struct DirectPrefetch {
+  const float* next = nullptr;  // the next block's first float (null: none)
+  i64 lines = 0, per_tile = 0;
+  DirectPrefetch(const float* next_block, const float* wend, i64 block_floats, i64 ntiles) {
+    if (next_block >= wend) return;
+    next = next_block;
+    lines = (std::min<i64>(block_floats, wend - next_block) + 15) / 16;
+    per_tile = (lines + ntiles - 1) / ntiles;
+  }
+  const float* at(i64 t) const { return next ? next + t * per_tile * 16 : nullptr; }
+  i64 count(i64 t) const { return next ? std::clamp<i64>(lines - t * per_tile, 0, per_tile) : 0; }
+};
 
 // Packs w (K, Cg, R, S) into [g][kb][c block][R][S][c in block][KB], zero-filling output
 // channels past Kg, each output channel k's taps times sc[k] when sc is given (the fused stage's
@@ -771,9 +797,13 @@ DirectPlan<Arch> direct_plan(const OpDesc& d) {
   pl.Hp = g.H + g.pt + g.pb;
   pl.Wp = g.W + g.pl + g.pr;
   pl.ybuf = !g.y_nhwc;
-  // A task is a block of output rows whose NHWC tile (RB*Q*K floats) stays within ~64 KB, so
-  // the NCHW transpose and the chain read it from L1/L2 right after the conv wrote it.
-  pl.RB = std::clamp<i64>(16384 / std::max<i64>(1, g.Q * g.K), 1, g.P);
+  // A task is a block of output rows. Through the NCHW buffer its NHWC tile (RB*Q*K floats)
+  // stays within ~64 KB, so the transpose and the chain read it from L1/L2 right after the conv
+  // wrote it. Written to y directly, the block only has to keep its partial sums in L2 between
+  // channel blocks (~256 KB): every row block streams all the weights once, and with 64 KB
+  // blocks ResNet-50's layer4 (7 x 7 pixels, 9.4 MB of 3 x 3 weights) read them twice per call.
+  const i64 tile_floats = pl.ybuf ? 16384 : 65536;
+  pl.RB = std::clamp<i64>(tile_floats / std::max<i64>(1, g.Q * g.K), 1, g.P);
   return pl;
 }
 

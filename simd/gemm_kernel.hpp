@@ -342,8 +342,10 @@ struct Store {
   bool first, last;
   const float* bias;  // already offset to the tile's (row 0, column 0); nullptr: none
   int64_t bias_rs, bias_cs;
-  int64_t row0, col0;  // the tile's (row 0, column 0) in C, for the epilogue's operands
-  int64_t ldpb;        // B micro-panel row step: nr when packed, ldb when read in place
+  int64_t row0, col0;         // the tile's (row 0, column 0) in C, for the epilogue's operands
+  int64_t ldpb;               // B micro-panel row step: nr when packed, ldb when read in place
+  const float* pf = nullptr;  // npf cache lines from pf to request into L2 along the k loop
+  int64_t npf = 0;
 };
 
 // How many k steps ahead the rows of a B read in place are prefetched (each step is ~mr cycles of
@@ -369,6 +371,8 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
   // B is a packed micro-panel (ldpb == nr, aligned, read front to back) or B's own rows read in
   // place (ldpb == ldb, see sgemm): then each row is prefetched kBAhead k steps before use.
   const int64_t ldpb = st.ldpb;
+  const float* pf = st.pf;
+  int64_t npf = st.npf;
   const auto k_loop = [&](int64_t steps, auto in_place) {
 #pragma GCC unroll 4
     for (int64_t k = 0; k < steps; ++k) {
@@ -381,6 +385,11 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       } else {
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) b[v] = B::load_aligned(pb + v * W);
+        if (npf > 0) {
+          __builtin_prefetch(pf, 0, 2);
+          pf += 16;
+          --npf;
+        }
       }
       __builtin_prefetch(pa + 8 * mr, 0, 3);
 #pragma GCC unroll 16
@@ -522,11 +531,21 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
   constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
   Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs, 0, 0, nr};
   const RowTiles<Arch> tiles(mc);
+  // B packed at prepare (weights) comes from memory on its first use in a run: each tile
+  // requests its share of the next micro-panel into L2 (the next k block's first panel after
+  // the last one), so only the first panel's first tile waits on memory. Packed per call, B is
+  // in cache already.
+  const int64_t kc_next = std::min(kc, g.k - k0 - kc);
+  const float* next_k =
+      g.packed_b && kc_next > 0 ? g.packed_b + (k0 + kc) * gemm_round_up(g.n, nr) + (jc + j0) * kc_next : nullptr;
   // jr outside ir: one kc x nr B micro-panel is reused by every A micro-panel of the block.
   for (int64_t j = j0; j < j1; j += nr) {
     const int64_t cols = std::min(nr, j1 - j);
     const float* pbj = pb + j * kc;
     const bool next_panel = j + nr < j1;
+    const float* pf = g.packed_b ? (next_panel ? pbj + nr * kc : next_k) : nullptr;
+    const int64_t pf_lines = pf ? (next_panel ? kc : kc_next) * nr / 16 : 0;
+    const int64_t pf_per_tile = gemm_ceil_div(pf_lines, tiles.t);
     st.ldpb = nr;
     if (in_place && cols == nr) {
       pbj = g.b + k0 * g.ldb + jc + j;
@@ -540,6 +559,8 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
       st.bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + (jc + j) * g.bias_cs : nullptr;
       st.row0 = i0 + i;
       st.col0 = jc + j;
+      st.npf = std::clamp<int64_t>(pf_lines - q * pf_per_tile, 0, pf_per_tile);
+      st.pf = st.npf > 0 ? pf + q * pf_per_tile * 16 : nullptr;
       if (last && (q + 1 < tiles.t || next_panel)) {
         // One tile ahead, towards L2: the next tile's C lines with write intent (its stores
         // would otherwise each wait for a read for ownership) and its epilogue operands.
