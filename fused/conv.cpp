@@ -152,6 +152,9 @@ struct DirectTileEpi {
   template <int MR, int NV>
   [[gnu::noinline]] void map(fbatch<Arch> (&acc)[MR][NV], float* const* ys) const {
     constexpr int Wd = static_cast<int>(fbatch<Arch>::size);
+    // A full tile (every pixel real - the padding ones are its last - and every lane a channel)
+    // of consecutive pixels: the short chains map it where it is, without the L1 round trip.
+    if (ys[MR - 1] && valid_k == NV * Wd && epi->template map_registers<Arch, MR, NV>(acc, pix[0], k0)) return;
     alignas(64) float t[MR * NV * Wd];
     int real = 0;
     for (int i = 0; i < MR; ++i) {

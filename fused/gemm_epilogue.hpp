@@ -187,6 +187,21 @@ struct ChainEpilogue {
                        std::int64_t ldo) const {
     using B = fbatch<Arch>;
     constexpr std::int64_t W = B::size;
+    if (!map_registers<Arch, R, NV>(acc, i0, j0)) return false;
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(out + i * ldo + v * W);
+    return true;
+  }
+
+  // apply_registers' mapping without the store: the same short chains on rows i0 .. i0 + R - 1,
+  // columns j0 .. j0 + NV * W - 1 (all valid), in place; false (acc untouched) for any other
+  // chain. For kernels that store the tile themselves (the NHWC direct convolution's).
+  template <class Arch, int R, int NV>
+  bool map_registers(fbatch<Arch> (&acc)[R][NV], std::int64_t i0, std::int64_t j0) const {
+    using B = fbatch<Arch>;
+    constexpr std::int64_t W = B::size;
     int s = 0;
     const EpiStep* res = nullptr;
     if (s < n && steps[s].kind == PostOp::Kind::binary && steps[s].binary == BinaryKind::add && steps[s].cs == 1)
@@ -203,23 +218,18 @@ struct ChainEpilogue {
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[i][v] += B::load_unaligned(r0 + i * res->rs + v * W);
     }
-    const auto store = [&](auto kind) {
+    const auto map = [&](auto kind) {
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          B x = acc[i][v];
-          if constexpr (decltype(kind)::value >= 0)
-            x = simd::activate_k<static_cast<ActKind>(decltype(kind)::value), Arch>(act->act, x);
-          x.store_unaligned(out + i * ldo + v * W);
-        }
+        for (int v = 0; v < NV; ++v)
+          acc[i][v] = simd::activate_k<static_cast<ActKind>(decltype(kind)::value), Arch>(act->act, acc[i][v]);
     };
-    if (!act)
-      store(std::integral_constant<int, -1>{});
-    else if (act->act.kind == ActKind::relu)
-      store(std::integral_constant<int, static_cast<int>(ActKind::relu)>{});
+    if (!act) return true;
+    if (act->act.kind == ActKind::relu)
+      map(std::integral_constant<int, static_cast<int>(ActKind::relu)>{});
     else
-      store(std::integral_constant<int, static_cast<int>(ActKind::clip)>{});
+      map(std::integral_constant<int, static_cast<int>(ActKind::clip)>{});
     return true;
   }
 
