@@ -135,6 +135,12 @@ def check_fusion_table(c, report_dir, model):
         md = f.read()
     c.expect("## Whole models: the fusion table" in md, "REPORT.md has no fusion table")
     c.expect("### Fusion targets" in md, "REPORT.md has no fusion targets")
+    # A missed fusion target carries its arithmetic (or says why it cannot, without profiles).
+    if re.search(rf"^\| {model} \| fused \+ full >= [\d.]+x simd \+ none \| \d+ \| [\d.]+x \| no \|", md, flags=re.M):
+        c.expect(re.search(rf"^- \*\*{model}\*\* misses a target.*\n  (The arithmetic of the fusion target: "
+                           r"simd \+ none spends [\d.]+ of its [\d.]+ ms|The simd \+ none run has no profile)", md,
+                           flags=re.M),
+                 f"{model} misses its fusion target without the arithmetic")
     m = re.search(rf"^### {model}, 1 thread\n(.*?)(?=^### |\Z)", md, flags=re.M | re.S)
     if not c.expect(m, f"no fusion table for {model} at 1 thread"):
         return
