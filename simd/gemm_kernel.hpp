@@ -89,6 +89,14 @@ std::int64_t gemm_k_step(std::int64_t k) {
   return gemm_round_up(gemm_ceil_div(k, gemm_ceil_div(k, kc)), 4);
 }
 
+// Problems too small to repay a team run on one thread: under 4 MFLOP, unless B is large enough
+// (1 MiB) that streaming it from memory is the cost - a batch-1 classifier (1280 -> 1000: 2.6
+// MFLOP over 5 MB of weights) reads its weights twice as fast on two cores.
+inline bool gemm_one_thread(std::int64_t m, std::int64_t n, std::int64_t k) {
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  return flops < 4e6 && static_cast<double>(n) * static_cast<double>(k) * sizeof(float) < 1048576.0;
+}
+
 // ---- the reusable entry ---------------------------------------------------------------------------
 // An epilogue: what the micro-kernel does to a finished tile on the last k block, after alpha,
 // beta and the bias and before the store (the fused stage's post-op chains). The interface,
@@ -638,7 +646,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
     return g.a_scale ? v * g.a_scale[i] : v;
   };
   int t = team_size(g.threads);
-  if (2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < 4e6) t = 1;
+  if (gemm_one_thread(M, N, K)) t = 1;
   t = static_cast<int>(std::min<int64_t>(t, gemm_ceil_div(N, nr)));
   // The vector at float offset `at` (n of its floats valid) of each of the rows br, in order:
   // the B rows a sweep or a dot product streams together.
@@ -810,7 +818,7 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   // Threads: never more than the tiles, and one for problems too small to repay a team.
   int t = team_size(g.threads);
   const int64_t tiles = gemm_ceil_div(M, mr) * gemm_ceil_div(N, nr);
-  if (2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < 4e6) t = 1;
+  if (gemm_one_thread(M, N, K)) t = 1;
   t = static_cast<int>(std::min<int64_t>(t, tiles));
 
   // One thread's share; `nt` is the team's real size (OpenMP may grant fewer than asked).
