@@ -836,7 +836,11 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
       const auto [b0, b1] = split(M, tm, r, mr);
       most = std::max(most, b1 - b0);
     }
-    const bool in_place = !g.packed_b && !g.trans_b && most <= gemm_in_place_rows<Arch>(ks);
+    // Only while B's rows are at most a page apart: farther apart, the kc rows of a micro-panel
+    // fall into few cache sets (a 12 KB row step is a multiple of 4 KB: every row in one L1 set
+    // and in 32 of the L2's) and evict each other while the row tiles reuse them.
+    const bool in_place = !g.packed_b && !g.trans_b && most <= gemm_in_place_rows<Arch>(ks) &&
+                          g.ldb * static_cast<int64_t>(sizeof(float)) <= 4096;
     // This thread's rows as ceil(rows / mr) near-equal row tiles (1024 rows: 74 tiles of 13 or 14
     // rows), grouped into near-equal blocks of at most MC rows (9 blocks of 8 or 9 tiles), or
     // into one block when B is read in place. Blocks of exactly MC rows would leave a 16-row
