@@ -68,6 +68,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <regex>
@@ -100,6 +101,7 @@ struct Options {
   std::string json;                  // --benchmark_out=<json> --benchmark_out_format=json
   std::vector<std::string> compare;  // OLD.json NEW.json
   double compare_threshold = 0.05;
+  std::string isa;                          // --isa: the level opfuse and both peers are capped to
   std::vector<std::string> benchmark_args;  // everything else, for Google Benchmark
 };
 
@@ -488,6 +490,9 @@ void add_context(const Options& opt, const Generated& g, int cases, double min_t
   AddCustomContext("opfuse_cpu_model", cpu_model());
   AddCustomContext("opfuse_isa", cpu_features());
   AddCustomContext("opfuse_simd_isa", std::string(isa_name(effective_isa(Context{}))));
+  AddCustomContext("opfuse_isa_cap", opt.isa);  // empty: the CPU's best
+  AddCustomContext("onednn_isa", peers::onednn_isa());
+  AddCustomContext("eigen_isa", std::string(isa_name(peers::eigen::active().isa)));
   AddCustomContext("opfuse_peers", peers::versions());
   AddCustomContext("opfuse_cold_cache", opt.cold_cache ? fmt::format("on ({} MiB flushed before every iteration)",
                                                                      g_run.flush_buffer.size() * 8 >> 20)
@@ -514,7 +519,7 @@ void add_context(const Options& opt, const Generated& g, int cases, double min_t
   AddCustomContext("roofline.array_mib", num(r.array_mib));
   AddCustomContext("roofline.probe_seconds", num(r.seconds));
   AddCustomContext("roofline.naive_isa", std::string(isa_name(baseline_isa())));
-  AddCustomContext("roofline.peer_isa", std::string(isa_name(cpu_isa())));
+  AddCustomContext("roofline.peer_isa", std::string(isa_name(effective_isa(Context{}))));
   // What each benchmarked kernel is, for the teaching ladder.
   for (const KernelDef* k : g.kernels) {
     const std::string key = fmt::format("kernel.{}", k->name);
@@ -565,6 +570,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
       ->type_name("OLD.json NEW.json");
   app.add_option("--threshold", opt.compare_threshold, "--compare flags changes beyond this fraction (default 0.05)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--isa", opt.isa,
+                 "Cap opfuse's kernels and both peers to this level: avx512, avx2 or sse2 (oneDNN at its closest "
+                 "level, sse41 for sse2; Eigen's copy built for it), to see a lower tier on this machine")
+      ->type_name("LEVEL");
   app.footer(
       "Every other argument goes to Google Benchmark: --benchmark_filter=REGEX, --benchmark_min_time=S,\n"
       "--benchmark_repetitions=N, --benchmark_out=FILE, --benchmark_format=json, --benchmark_list_tests, ...\n"
@@ -594,6 +603,25 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
       return 2;
     }
     opt.impls.push_back(*impl);
+  }
+  if (!opt.isa.empty()) {
+    const std::optional<Isa> level = isa_from_name(opt.isa);
+    if (!level || *level == Isa::scalar) {
+      std::fprintf(stderr, "opfuse-bench: --isa '%s' is not a level (avx512, avx2, sse2)\n", opt.isa.c_str());
+      return 2;
+    }
+    if (*level > cpu_isa()) {
+      std::fprintf(stderr, "opfuse-bench: --isa %s is above this CPU, which runs at most %s\n", opt.isa.c_str(),
+                   std::string(isa_name(cpu_isa())).c_str());
+      return 2;
+    }
+    // The cap is OPFUSE_ISA's: read once per process, by the first kernel selection, which has
+    // not happened yet; the check below catches a cap that was read before this point.
+    setenv("OPFUSE_ISA", opt.isa.c_str(), 1);
+    if (env_isa_cap() != *level || !peers::cap_onednn_isa(*level)) {
+      std::fprintf(stderr, "opfuse-bench: internal error: the ISA cap could not be set to %s\n", opt.isa.c_str());
+      return 1;
+    }
   }
   const int nproc = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (opt.threads.empty()) opt.threads = {1, nproc};

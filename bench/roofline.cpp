@@ -179,7 +179,8 @@ Isa baseline_isa() {
 
 Isa roof_isa(const KernelDef& k) {
   if (k.impl == Impl::naive) return baseline_isa();
-  if (!is_stage(k.impl)) return cpu_isa();  // peers dispatch on the CPU at run time
+  // Peers dispatch at run time on the CPU, capped as opfuse is (opfuse-bench --isa).
+  if (!is_stage(k.impl)) return effective_isa(Context{});
   return kernel_isa(k);
 }
 

@@ -12,8 +12,9 @@
 //               cache (at least 64 MiB each), on 1 thread and on all cores
 //
 // Every benchmark is then measured against the roof of its kernel's ISA at its thread count
-// (roof_isa): simd and fused rows their own ISA, peers the best ISA the CPU runs (oneDNN and
-// Eigen dispatch at run time), naive the baseline the compiler may auto-vectorize it for.
+// (roof_isa): simd and fused rows their own ISA, peers the best ISA the CPU runs under the
+// process's cap (oneDNN and Eigen dispatch at run time; opfuse-bench --isa caps them with
+// opfuse), naive the baseline the compiler may auto-vectorize it for.
 #pragma once
 
 #include <array>

@@ -8,19 +8,31 @@
 # Extra arguments go to opfuse-bench: its own options (--op gemm, --impl simd,fused, --quick,
 # --cold-cache, --threads 1, ...) and Google Benchmark's flags (--benchmark_filter=REGEX, ...).
 # OPFUSE_REPORT_DIR=DIR writes the JSON and the report there instead of reports/.
+# --isa LEVEL (avx2, sse2, avx512) caps opfuse's kernels and both peers to that level
+# (opfuse-bench --isa) and writes reports/LEVEL/ by default: the kernel suite only, since the
+# whole-model peers (PyTorch, ONNX Runtime) have no such cap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
 BUILD_DIR=${OPFUSE_BUILD_DIR:-build}
-REPORT_DIR=${OPFUSE_REPORT_DIR:-reports}
+quick=0
+isa=
+prev=
+for a in "$@"; do
+  [ "$a" = --quick ] && quick=1
+  [ "$prev" = --isa ] && isa=$a
+  case "$a" in --isa=*) isa=${a#--isa=} ;; esac
+  prev=$a
+done
+REPORT_DIR=${OPFUSE_REPORT_DIR:-reports${isa:+/$isa}}
 mkdir -p "$REPORT_DIR"
 start=$(date +%s)
 "$BUILD_DIR/opfuse-bench" --json "$REPORT_DIR/bench.json" --benchmark_counters_tabular=true "$@"
 # Whole models: the fusion table's rows for each built-in model (scripts/bench-models.sh), then
 # PyTorch and ONNX Runtime on the same ONNX files in the same run (scripts/bench-peers.sh).
-quick=0
-for a in "$@"; do [ "$a" = --quick ] && quick=1; done
-if [ "$quick" -eq 1 ]; then
+if [ -n "$isa" ]; then
+  echo "bench: --isa $isa: the kernel suite only (the whole-model peers cannot be capped)"
+elif [ "$quick" -eq 1 ]; then
   OPFUSE_QUICK=1 ./scripts/bench-models.sh "$BUILD_DIR" "$REPORT_DIR/models"
   OPFUSE_QUICK=1 ./scripts/bench-peers.sh "$BUILD_DIR" "$REPORT_DIR/models"
 else

@@ -86,6 +86,12 @@ def check_report(c, report_dir, impls_by_op, n_benchmarks):
     targets = re.findall(r"^\| (simd|fused) \| .* \| (met|\*\*missed\*\*|n/a \(compute-bound\)|-) \|$",
                          by_title.get("Targets", ""), flags=re.M)
     c.expect(len(targets) >= 20, f"REPORT.md Targets table has {len(targets)} rows, expected >= 20")
+    # Parity with oneDNN: one row per thread count, when the run has gemm or conv2d next to oneDNN.
+    if any(op in impls_by_op and "onednn" in impls_by_op[op] for op in ("gemm", "conv2d")):
+        parity = re.findall(r"^\| \d+ \| (\d+) \| (\d+) \| (\d+) \| [0-9.]+x \| .+ \|$",
+                            by_title.get("Parity with oneDNN", ""), flags=re.M)
+        c.expect(parity and all(int(b1) <= int(b2) <= int(n) for n, b1, b2 in parity),
+                 f"REPORT.md parity table: {parity}")
     # Where the run measured the gemm + gelu target (a full run), the report says what bounds it.
     if re.search(r"^\| fused \| `gemm/fused/128x3072x768\+bias\+gelu/t1` >= 1\.03x `simd` \| [0-9.]+x",
                  by_title.get("Targets", ""), flags=re.M):

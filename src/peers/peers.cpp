@@ -109,6 +109,29 @@ std::string versions() {
   return s;
 }
 
+bool cap_onednn_isa(Isa isa) noexcept {
+  const dnnl_cpu_isa_t level = isa >= Isa::avx512 ? dnnl_cpu_isa_avx512_core
+                               : isa >= Isa::avx2 ? dnnl_cpu_isa_avx2
+                                                  : dnnl_cpu_isa_sse41;
+  return dnnl_set_max_cpu_isa(level) == dnnl_success;
+}
+
+std::string onednn_isa() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    default: return "other";
+  }
+}
+
 ThreadScope::ThreadScope(int threads) noexcept {
 #ifdef _OPENMP
   if (threads > 0) {

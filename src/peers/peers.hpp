@@ -43,6 +43,13 @@ const KernelDef* onednn_reference(OpKind op) noexcept;
 // Library versions linked in, for reports: "oneDNN 2.6.3 (cpu runtime OpenMP), Eigen 3.4.0".
 std::string versions();
 
+// Caps oneDNN's JIT to the level closest to `isa` (avx512 -> avx512_core, avx2 -> avx2, sse2 ->
+// sse41, oneDNN's lowest) before any of its primitives exists; Eigen follows OPFUSE_ISA through
+// eigen::active(). Returns false when oneDNN refuses (a primitive was already created).
+bool cap_onednn_isa(Isa isa) noexcept;
+// The level oneDNN's JIT runs at now, in its own words ("avx2", "avx512_core", ...).
+std::string onednn_isa();
+
 // Sets the OpenMP thread count for the lifetime of the object and restores the previous
 // value; a no-op for threads <= 0 or when built without OpenMP.
 class ThreadScope {
