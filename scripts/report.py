@@ -323,6 +323,20 @@ def roofline_section(run):
         "roof - the instruction set this build lets the compiler auto-vectorize plain C++ for (the scalar peak "
         "is listed for comparison). The memory roof is DRAM bandwidth, so a kernel whose working set fits in "
         "a cache can exceed 100%.\n")
+    # A compute-bound kernel above its roof means the probe read the peak low (clocks, a short
+    # probe), or the kernel's FLOP count is off: either way its % of roofline flatters it.
+    above = []
+    for (op, case, threads, impl), r in run.results.items():
+        ai, roof, gf = r.get("ai"), r.get("roof"), r.get("gflops")
+        isa = run.kernel_info(r["kernel"], "roof_isa")
+        ridge = run.ridge(isa, threads) if isa else None
+        if ai and roof and gf and ridge and ai >= ridge and gf > roof * 1.02:
+            above.append(f"`{op}/{impl}/{case}/t{threads}` {fmt_num(gf)} GFLOP/s over a {fmt_num(roof)} roof")
+    if above:
+        out.append(f"**Above the roof** ({len(above)} compute-bound benchmark{'s' if len(above) > 1 else ''} faster "
+                   "than the measured peak of their ISA: either the probe read the peak low, and % of roofline "
+                   "flatters every kernel of this run, or the FLOP count credits work the kernel skips, such as "
+                   "the masked half of causal attention): " + "; ".join(above[:8]) + (" ..." if len(above) > 8 else "") + "\n")
     return out
 
 
