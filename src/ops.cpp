@@ -1,6 +1,7 @@
 // src/ops.cpp - op names, input lists, case names and the work/traffic model.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -498,7 +499,15 @@ OpCost op_cost(const OpDesc& d) {
       const Shape& q = d.inputs[0].shape;
       const Shape& k = d.inputs[1].shape;
       const Shape& v = d.inputs[2].shape;
-      const double scores = f(q[0] * q[1] * q[2]) * f(k[2]);
+      // Scores a query can see: all Skv, or under the causal mask (key j hidden from query i
+      // when j > i + Skv - Sq) keys [0, i + 1 + Skv - Sq) clamped to [0, Skv] - the half the
+      // kernels compute, not the masked half they skip.
+      double visible = f(q[2]) * f(k[2]);
+      if (d.p<AttentionParams>().causal) {
+        visible = 0;
+        for (std::int64_t i = 0; i < q[2]; ++i) visible += f(std::clamp<std::int64_t>(i + 1 + k[2] - q[2], 0, k[2]));
+      }
+      const double scores = f(q[0] * q[1]) * visible;
       c.flops = 2.0 * scores * f(q[3]) + 2.0 * scores * f(v[3]) + 5.0 * scores;
       break;
     }

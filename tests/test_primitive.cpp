@@ -173,5 +173,25 @@ TEST(Threads, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+// The attention cost counts the scores the kernels compute: under a causal mask a query sees
+// keys [0, i + 1 + Skv - Sq), so Sq == Skv == S sees S (S + 1) / 2 of the S^2, and a query suffix
+// (Sq = 2 of Skv = 5) sees 4 + 5.
+TEST(OpCost, CausalAttentionCountsTheVisibleScores) {
+  auto desc = [](std::int64_t sq, std::int64_t skv, bool causal) {
+    AttentionParams p;
+    p.causal = causal;
+    return OpDesc{OpKind::attention,
+                  p,
+                  {TensorDesc{Shape{1, 2, sq, 8}}, TensorDesc{Shape{1, 2, skv, 8}}, TensorDesc{Shape{1, 2, skv, 8}}}};
+  };
+  const auto per_score = [&](std::int64_t sq, std::int64_t skv) {
+    return op_cost(desc(sq, skv, false)).flops / (2.0 * sq * skv);
+  };
+  const double unit = per_score(6, 6);
+  EXPECT_DOUBLE_EQ(per_score(3, 7), unit);
+  EXPECT_DOUBLE_EQ(op_cost(desc(6, 6, true)).flops, unit * 2 * 21);
+  EXPECT_DOUBLE_EQ(op_cost(desc(2, 5, true)).flops, unit * 2 * 9);
+}
+
 }  // namespace
 }  // namespace opfuse::testing
