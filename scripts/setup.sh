@@ -35,6 +35,7 @@ FULL=(
   qemu-user                        # the tests run on emulated CPUs without AVX-512 (Haswell, Nehalem)
   libonnx-testdata                 # ONNX's backend test models and data: the conformance tests
   python3-torch python3-torchvision  # PyTorch: a whole-model peer (scripts/bench-peers.sh)
+  python3-onnx                     # the PyTorch peer reads the model's weights from the ONNX file
   libopenblas0-openmp              # PyTorch's BLAS (Debian's default libblas3 is the reference one)
   graphviz                         # `opfuse run --dot` renders the fused graph to SVG with dot
 )
