@@ -34,8 +34,9 @@ bool inverted_residual_supports(const OpDesc& desc) {
   // The row-by-row design reads all the 1x1 weights again for every output row (the expansion)
   // and every pixel tile (the projection): from L2 that is cheap, but weights larger than half
   // of it (the band and the tiles need the rest) stream from L3 over and over (MobileNetV2's
-  // 7 x 7 blocks, 1.2 - 1.9 MB: 14 passes per image). Those blocks are the simd kernel's (three GEMM-like convolutions, each weight read
-  // once per call, the intermediates through L2-sized workspace), which measured faster there.
+  // 7 x 7 blocks, 1.2 - 1.9 MB: 14 passes per image). Those blocks are the simd kernel's (three
+  // GEMM-like convolutions, each weight read once per call, the intermediates through L2-sized
+  // workspace), which measured faster there.
   const std::int64_t weight_bytes = 4 * ((g.expand ? g.Cin * g.Ce : 0) + g.Ce * g.Cout);
   if (2 * weight_bytes > static_cast<std::int64_t>(simd::cache_sizes().l2)) return false;
   return (g.W + 2) * (g.Ce + 16) <= (std::int64_t{1} << 20);
