@@ -489,8 +489,8 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
 // transposes, ~20% of the 3-channel stem) and its broadcast of x feeds one FMA per output
 // vector. Here each input channel is copied into a phase-split padded plane, as a depthwise
 // plane is (dw_plane, dw_fill_rows), so every tap is a contiguous vector load along an output
-// row; a register tile of KC = 8 output channels x NV <= 3 vectors of that row (24 zmm
-// accumulators) sums the C * R * S taps, each tap's NV loads shared by the KC channels' weight
+// row; a register tile of KT output channels x NV <= 3 vectors of that row (AVX-512: 8 x 3,
+// 24 zmm accumulators; see kSmallKT) sums the C * R * S taps, each tap's NV loads shared by the KT channels' weight
 // broadcasts (4 x 4 measured ~3% slower on the 3-channel stem), and is stored once per row of y. The planes stay per
 // thread (C of them, zeroed at prepare: only real columns are ever written), each thread copying just the input rows
 // its output rows read.
@@ -529,20 +529,26 @@ inline void smallc_pack(const ConvGeom& g, const float* w, const float* sc, cons
     for (i64 k = 0; k < g.K; ++k) bpk[k] = bias[k];
 }
 
-// One tile: output channels k0 .. k0 + KC - 1 (rows of y at out[u * PQ]; only the first kv
+// Output channels per register tile: the whole block of kSmallKC where 32 vector registers
+// hold 8 x 3 accumulators, half a block on AVX2 and SSE2, whose 16 registers hold 4 x 3 (8 x 3
+// there spilled every accumulator once per tap).
+template <class Arch>
+inline constexpr int kSmallKT = isa_of<Arch>() == Isa::avx512 ? kSmallKC : kSmallKC / 2;
+
+// One tile: output channels k0 .. k0 + KT - 1 (rows of y at out[u * PQ]; only the first kv
 // stored), NV vectors of the row starting at plane row `in` (the C input planes plane_floats
-// apart), `valid` outputs of them. epi(acc, pix, valid) maps the accumulators
-// before the store (pix: the image pixel of lane 0).
+// apart), `valid` outputs of them. w: the packed block's weights from channel k0 on (kSmallKC
+// per tap, the first KT read). epi(acc, pix, valid) maps the accumulators before the store
+// (pix: the image pixel of lane 0).
 // Out of line: inlined into smallc_run with the fused stage's epilogue, its FMA loop measured
 // ~30% slower (the 3-channel stem's tiles, perf).
-template <class Arch, int NV, class Epi>
+template <class Arch, int KT, int NV, class Epi>
 [[gnu::noinline]] void smallc_tile(const float* in, i64 plane_floats, i64 C, const i64* toff, i64 taps, const float* w,
                                    const float* bias, float* out, i64 PQ, i64 kv, i64 valid, const Epi& epi, i64 pix) {
   using B = fbatch<Arch>;
   constexpr i64 Wd = B::size;
-  constexpr int KC = kSmallKC;
-  B acc[KC][NV];
-  for (int u = 0; u < KC; ++u)
+  B acc[KT][NV];
+  for (int u = 0; u < KT; ++u)
     for (int v = 0; v < NV; ++v) acc[u][v] = B(bias[u]);
   for (i64 c = 0; c < C; ++c) {
     const float* xc = in + c * plane_floats;
@@ -550,15 +556,15 @@ template <class Arch, int NV, class Epi>
       const float* xt = xc + toff[t];
       B xv[NV];
       for (int v = 0; v < NV; ++v) xv[v] = B::load_unaligned(xt + v * Wd);
-      for (int u = 0; u < KC; ++u) {
+      for (int u = 0; u < KT; ++u) {
         const B wu(w[u]);
         for (int v = 0; v < NV; ++v) acc[u][v] = xsimd::fma(wu, xv[v], acc[u][v]);
       }
-      w += KC;
+      w += kSmallKC;
     }
   }
   epi(acc, pix, valid);
-  for (int u = 0; u < KC; ++u) {
+  for (int u = 0; u < KT; ++u) {
     if (u >= kv) break;
     float* o = out + u * PQ;
     for (int v = 0; v < NV - 1; ++v) acc[u][v].store_unaligned(o + v * Wd);
@@ -577,7 +583,8 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
   constexpr i64 Wd = fbatch<Arch>::size;
   const DwPlane pl = dw_plane<Arch>(g);
   const i64 C = g.C, K = g.K, P = g.P, Q = g.Q, PQ = g.P * g.Q, HW = g.H * g.W, taps = g.R * g.S;
-  const i64 nb = smallc_kpad(g) / kSmallKC, pf = st->plane_floats;
+  constexpr int KT = kSmallKT<Arch>;
+  const i64 pf = st->plane_floats;
   const i64* toff = st->tap_offset.data();
   const i64 crows = std::max<i64>(1, 16384 / (Q * K));
   const auto work = [&](i64 b, i64 e, float* planes) {
@@ -591,17 +598,17 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
       i64 pd = p0;  // the first row not yet passed to rows_done
       for (i64 p = p0; p < p1; ++p) {
         const float* in_row = planes + p * g.sh * pl.rows_stride;
-        for (i64 kb = 0; kb < nb; ++kb) {
-          const i64 k0 = kb * kSmallKC, kv = std::min<i64>(kSmallKC, K - k0);
-          const float* w = wpk + kb * C * taps * kSmallKC;
+        for (i64 k0 = 0; k0 < K; k0 += KT) {
+          const i64 kv = std::min<i64>(KT, K - k0);
+          const float* w = wpk + (k0 / kSmallKC) * C * taps * kSmallKC + k0 % kSmallKC;
           const float* bias = bpk + k0;
           const auto epi = epi_of(n, k0);
           float* out = yn + k0 * PQ + p * Q;
           for (i64 q0 = 0; q0 < Q; q0 += 3 * Wd) {
             const i64 valid = std::min(3 * Wd, Q - q0), pix = p * Q + q0;
             const auto tile = [&](auto nv) {
-              smallc_tile<Arch, decltype(nv)::value>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv, valid,
-                                                     epi, pix);
+              smallc_tile<Arch, KT, decltype(nv)::value>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv,
+                                                         valid, epi, pix);
             };
             if (valid <= Wd)
               tile(std::integral_constant<int, 1>{});
@@ -661,6 +668,10 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
                  const Epi& epi, RowDone row_done) {
   using B = fbatch<Arch>;
   constexpr i64 W = B::size;
+  // Interior pixels per step of the 3x3 rows (below): 9 weight registers, kDwPix accumulators
+  // and an input vector; 7 on AVX2 spills the bias and the epilogue's constants, and still
+  // measured faster than 4 or 5.
+  constexpr int kDwPix = isa_of<Arch>() == Isa::avx512 ? 8 : 7;
   const i64 C = g.C, R = g.R, S = g.S, H = g.H, Win = g.W, dh = g.dh, dw = g.dw, sw = g.sw;
   const i64 xr = dh * Win * C, xs = dw * C, wr = S * C, nvec = C / W;
   // 3x3 windows wholly inside the image: q in [qa, qb) of the rows whose window rows all are.
@@ -735,14 +746,25 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
         continue;
       }
       // A 3x3 row wholly inside the image vertically: the edge pixels as above; the interior
-      // ones a vector of channels at a time with its 9 taps' weights held in registers, four
-      // pixels per step (one load per FMA instead of two).
+      // ones a vector of channels at a time with its 9 taps' weights held in registers, kDwPix
+      // pixels per step. Undilated, at stride 1 or 2, the step loads each input column of its
+      // three rows once and feeds it to every (pixel, tap) pair that reads it: at stride 1, 3 x
+      // (U + 2) loads for 9 U FMAs, from pointers stepped a pixel at a time instead of an
+      // address computed per load (which cost as many integer instructions as FMAs).
       for (i64 q = 0; q < qa; ++q) pixel(q);
       for (i64 cv = 0; cv < nvec; ++cv) {
         const i64 c = cv * W;
         B wv[9];
         for (int t = 0; t < 9; ++t) wv[t] = B::load_unaligned(w + (t / 3) * wr + (t % 3) * C + c);
         const B bv = bias ? B::load_unaligned(bias + c) : B(0.f);
+        const auto store = [&](auto& acc, i64 q) {
+          constexpr int U = static_cast<int>(std::extent_v<std::remove_reference_t<decltype(acc)>>);
+          for (int u = 0; u < U; ++u) {
+            const i64 pix = row * g.Q + q + u;
+            epi(acc[u], pix, c, W).store_unaligned(y + pix * C + c);
+          }
+        };
+        // Any stride and dilation: one load per FMA.
         const auto run = [&](auto npx, i64 q) {
           constexpr int U = decltype(npx)::value;
           B acc[U];
@@ -752,14 +774,41 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
             for (int u = 0; u < U; ++u)
               acc[u] = xsimd::fma(B::load_unaligned(x + (corner(q + u) + off)), wv[t], acc[u]);
           }
-          for (int u = 0; u < U; ++u) {
-            const i64 pix = row * g.Q + q + u;
-            epi(acc[u], pix, c, W).store_unaligned(y + pix * C + c);
-          }
+          store(acc, q);
         };
-        i64 q = qa;
-        for (; q + 4 <= qb; q += 4) run(std::integral_constant<int, 4>{}, q);
-        for (; q < qb; ++q) run(std::integral_constant<int, 1>{}, q);
+        // Undilated at stride SW: input column j of the step feeds pixel u's tap s where
+        // u * SW + s == j.
+        const auto run_cols = [&](auto npx, auto stride, i64 q) {
+          constexpr int U = decltype(npx)::value, SW = decltype(stride)::value, J = (U - 1) * SW + 3;
+          B acc[U];
+          for (int u = 0; u < U; ++u) acc[u] = bv;
+          const float* xq = x + (corner(q) + c);
+          for (int r = 0; r < 3; ++r) {
+            const float* xp = xq + r * xr;
+#pragma GCC unroll 32
+            for (int j = 0; j < J; ++j) {
+              const B xv = B::load_unaligned(xp);
+              xp += C;
+#pragma GCC unroll 3
+              for (int s2 = 0; s2 < 3; ++s2)
+                if ((j - s2) % SW == 0 && j - s2 >= 0 && (j - s2) / SW < U)
+                  acc[(j - s2) / SW] = xsimd::fma(xv, wv[r * 3 + s2], acc[(j - s2) / SW]);
+            }
+          }
+          store(acc, q);
+        };
+        const auto sweep = [&](auto run_u) {
+          i64 q = qa;
+          for (; q + kDwPix <= qb; q += kDwPix) run_u(std::integral_constant<int, kDwPix>{}, q);
+          for (; q + 2 <= qb; q += 2) run_u(std::integral_constant<int, 2>{}, q);
+          for (; q < qb; ++q) run_u(std::integral_constant<int, 1>{}, q);
+        };
+        if (dw == 1 && sw == 1)
+          sweep([&](auto npx, i64 q) { run_cols(npx, std::integral_constant<int, 1>{}, q); });
+        else if (dw == 1 && sw == 2)
+          sweep([&](auto npx, i64 q) { run_cols(npx, std::integral_constant<int, 2>{}, q); });
+        else
+          sweep(run);
       }
       if (nvec * W < C)
         for (i64 q = qa; q < qb; ++q) tail(q, 0, 3);
