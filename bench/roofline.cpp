@@ -45,19 +45,27 @@ double time_fma(const FmaLoop& loop, int threads, std::int64_t iters) {
   return seconds_since(t0);
 }
 
-// GFLOP/s of `loop` on `threads` threads: the iteration count is calibrated on one thread to
-// last about `target_s`, then the best of three runs counts (thread start-up and frequency
-// ramps only ever make a run slower).
-double measure_peak(const FmaLoop& loop, int threads, double target_s) {
+// GFLOP/s of `loop` on `threads` threads. The clocks are warmed first: the loop runs on every
+// thread for `warm_s`, so a core still ramping up its frequency (or leaving a lower AVX licence)
+// does not read as a lower peak. The iteration count is then calibrated on one thread to last
+// about `target_s`, and the best of `reps` runs counts: thread start-up, frequency ramps and
+// a neighbour's interference only ever make a run slower, so the fastest run is the closest to
+// what the core can do.
+double measure_peak(const FmaLoop& loop, int threads, double target_s, double warm_s, int reps) {
   std::int64_t iters = 1 << 12;
   double t = time_fma(loop, 1, iters);
   while (t < 0.01) {
     iters *= 4;
     t = time_fma(loop, 1, iters);
   }
-  iters = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(iters) * target_s / t));
+  const auto steps_for = [&](double s) {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(iters) * s / t));
+  };
+  const auto warm0 = Clock::now();
+  while (seconds_since(warm0) < warm_s) time_fma(loop, threads, steps_for(0.05));
+  iters = steps_for(target_s);
   double best = std::numeric_limits<double>::infinity();
-  for (int rep = 0; rep < 3; ++rep) best = std::min(best, time_fma(loop, threads, iters));
+  for (int rep = 0; rep < reps; ++rep) best = std::min(best, time_fma(loop, threads, iters));
   return static_cast<double>(threads) * static_cast<double>(iters) * loop.flops_per_iter / best * 1e-9;
 }
 
@@ -110,15 +118,19 @@ Roofline probe_roofline(bool quick, std::size_t llc_bytes) {
   const auto t_start = Clock::now();
   Roofline r;
   r.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const double target_s = quick ? 0.03 : 0.1;
+  // Full probe: 0.3 s of warm-up, then the best of 5 runs of 0.2 s each, per ISA and thread
+  // count (about 10 s in all on a 2-core AVX-512 machine); quick: 0.1 s and 3 x 0.05 s.
+  const double target_s = quick ? 0.05 : 0.2, warm_s = quick ? 0.1 : 0.3;
+  const int peak_reps = quick ? 3 : 5;
 
   const Isa cpu = cpu_isa();
   const FmaLoop loops[4] = {fma_loop_scalar(), fma_loop_sse2(), fma_loop_avx2(), fma_loop_avx512()};
   for (int i = 0; i < 4; ++i) {
     if (!loops[i].run || static_cast<Isa>(i) > cpu) continue;
-    r.peak[static_cast<std::size_t>(i)][0] = measure_peak(loops[i], 1, target_s);
-    r.peak[static_cast<std::size_t>(i)][1] =
-        r.threads > 1 ? measure_peak(loops[i], r.threads, target_s) : r.peak[static_cast<std::size_t>(i)][0];
+    r.peak[static_cast<std::size_t>(i)][0] = measure_peak(loops[i], 1, target_s, warm_s, peak_reps);
+    r.peak[static_cast<std::size_t>(i)][1] = r.threads > 1
+                                                 ? measure_peak(loops[i], r.threads, target_s, warm_s, peak_reps)
+                                                 : r.peak[static_cast<std::size_t>(i)][0];
   }
 
   // Arrays 4x (quick: 2x) the last-level cache, at least 64 (quick: 32) MiB, at most 512 MiB.

@@ -7,7 +7,8 @@
 //
 //   peak        independent multiply-add chains in registers, one function per ISA compiled
 //               with only that ISA's flags (roofline_<isa>.cpp), on 1 thread and on all cores
-//               (OpenMP); an ISA the CPU lacks is skipped (0)
+//               (OpenMP), each after warming the clocks on that loop and as the best of
+//               several runs; an ISA the CPU lacks is skipped (0)
 //   bandwidth   STREAM copy (a = b) and triad (a = b + s*c) over arrays 4x the last-level
 //               cache (at least 64 MiB each), on 1 thread and on all cores
 //
@@ -42,7 +43,7 @@ struct Roofline {
   double bound_gflops(Isa isa, int t, double ai) const;
 };
 
-// Runs the probe (about 3 s; `quick` about 1 s with shorter timings and smaller arrays, still
+// Runs the probe (about 10 s; `quick` about 2 s with shorter timings and smaller arrays, still
 // beyond the last-level cache of `llc_bytes`).
 Roofline probe_roofline(bool quick, std::size_t llc_bytes);
 
