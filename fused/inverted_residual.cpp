@@ -24,7 +24,8 @@
 //        depthwise loads, so both strides and both layouts share the code. Threads split the
 //        N * P output rows; each thread recomputes at most 2 halo rows. Padded Ce lanes never
 //        reach y (the projection loops over the real Ce), so NaN in x cannot leak through the
-//        zero padding.
+//        zero padding. Blocks whose 1x1 weights outgrow half of L2 run whole images instead
+//        (run_image, "whole-image mode" below): each weight read from memory once per image.
 // Bytes (per image): the 24-channel block at 56x56, t6 (Ce = 144) would write and read back e =
 // 144 * 56 * 56 * 4 = 1.8 MB and d = 1.8 MB; the fused kernel's per-thread buffers are the ring,
 // 3 * 58 * 144 * 4 = 100 KB (L2), and the d and y tiles, 6 * (144 + 32) * 4 = 4.2 KB (L1). The
@@ -199,6 +200,10 @@ struct IrState {
   AlignedBuf scratch;   // per thread: ring (3 rows) + d tile + y tile
   std::size_t per_thread = 0;
   int threads = 1;
+  // Whole-image mode (ir_image_mode): e of one image with its zero border, (H + 2) x (W + 2)
+  // x Cep, and d, P x Q x Cep, shared by the team.
+  bool image = false;
+  AlignedBuf e_img, d_img;
 };
 
 template <class Arch>
@@ -212,9 +217,10 @@ inline fbatch<Arch> relu6(fbatch<Arch> v) {
 
 // PX pixels x NV vectors of Ce. x: the row's first pixel of this tile at channel 0; CL: x is
 // channels-last (channel step 1, pixel step xs_w) else channel step xs_c, pixel step 1.
+// The row mode stores pixel p of the tile at e + p * Cep; the image mode (eo non-null) at eo[p].
 template <class Arch, int PX, int NV, bool CL>
-inline void expand_tile(const float* x, i64 xs_c, i64 xs_w, i64 Cin, const float* w, const float* b1, i64 Cep,
-                        float* e) {
+inline void expand_tile(const float* x, i64 xs_c, i64 xs_w, i64 Cin, const float* w, const float* b1, i64 Cep, float* e,
+                        float* const* eo = nullptr) {
   using B = fbatch<Arch>;
   constexpr i64 Wd = B::size;
   B acc[PX][NV];
@@ -230,22 +236,25 @@ inline void expand_tile(const float* x, i64 xs_c, i64 xs_w, i64 Cin, const float
       for (int v = 0; v < NV; ++v) acc[p][v] = xsimd::fma(xb, wv[v], acc[p][v]);
     }
   }
-  for (int p = 0; p < PX; ++p)
-    for (int v = 0; v < NV; ++v) relu6<Arch>(acc[p][v]).store_aligned(e + p * Cep + v * Wd);
+  for (int p = 0; p < PX; ++p) {
+    float* ep = eo ? eo[p] : e + p * Cep;
+    for (int v = 0; v < NV; ++v) relu6<Arch>(acc[p][v]).store_aligned(ep + v * Wd);
+  }
 }
 
+// The row's W pixels in balanced tiles of at most PX (7 on AVX2's 6: 4 + 3; recomputing the
+// overlap of a last tile placed at W - PX cost 5 extra pixels of 7 there).
 template <class Arch, int NV, bool CL>
 void expand_cols(const float* x, i64 xs_c, i64 xs_w, i64 W, i64 Cin, const float* w, const float* b1, i64 Cep,
                  float* e) {
   constexpr int PX = IrTile<Arch>::ex_px;
-  if (W < PX) {  // one tile of exactly W pixels
-    with_count<PX - 1>(
-        W, [&](auto px) { expand_tile<Arch, decltype(px)::value, NV, CL>(x, xs_c, xs_w, Cin, w, b1, Cep, e); });
-    return;
-  }
-  for (i64 q0 = 0; q0 < W; q0 += PX) {
-    const i64 q = q0 + PX <= W ? q0 : W - PX;  // the last tile overlaps its neighbour: same values again
-    expand_tile<Arch, PX, NV, CL>(x + q * xs_w, xs_c, xs_w, Cin, w, b1, Cep, e + q * Cep);
+  const i64 ntiles = (W + PX - 1) / PX, base = W / ntiles, extra = W % ntiles;
+  for (i64 t = 0, q = 0; t < ntiles; ++t) {
+    const i64 cnt = base + (t < extra ? 1 : 0);
+    with_count<PX>(cnt, [&](auto px) {
+      expand_tile<Arch, decltype(px)::value, NV, CL>(x + q * xs_w, xs_c, xs_w, Cin, w, b1, Cep, e + q * Cep);
+    });
+    q += cnt;
   }
 }
 
@@ -417,6 +426,134 @@ void run_rows(const IrState& st, const float* wts, const Io& io, i64 begin, i64 
   }
 }
 
+// ---- whole-image mode: small images, large weights ---------------------------------------------
+// Row by row, every expanded row reads all of w_expand and every pixel tile all of w_project:
+// 14 passes over the weights per image at 7 x 7, from L3 once they outgrow L2 (MobileNetV2's
+// last blocks, 1.2 - 1.9 MB). Here one image goes in two phases. A: the team splits Ce into
+// blocks of ex_nv vectors; a thread expands every pixel of the image for its block (the block's
+// Cin x ex_nv weight vectors stay in L1 for all of them) into e, then runs the depthwise of the
+// same columns into d. B: the team splits d's pixels into tiles; each projects its tiles (the
+// row mode's register tile, over the pixels of the whole image instead of one row's) and adds
+// the residual. Each weight is read from memory once per image; e and d live in L2.
+
+// d columns [cv0, cv0 + nv * Wd) of every output pixel from e (padded rows of (W + 2) pixels).
+template <class Arch>
+void dw_columns(const IrGeometry& g, const float* e, const float* wd, const float* b2, i64 Cep, i64 cv0, i64 nv,
+                float* d) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  const i64 rs = (g.W + 2) * Cep;
+  for (i64 v = 0; v < nv; ++v) {
+    const i64 cv = cv0 + v * Wd;
+    B w[9];
+    for (int t = 0; t < 9; ++t) w[t] = B::load_aligned(wd + t * Cep + cv);
+    const B bias = B::load_aligned(b2 + cv);
+    for (i64 p = 0; p < g.P; ++p) {
+      const float* e0 = e + p * g.stride * rs + cv;
+      for (i64 q = 0; q < g.Q; ++q) {
+        const float* eq = e0 + q * g.stride * Cep;
+        B acc = bias;
+        for (int r = 0; r < 3; ++r)
+          for (int s2 = 0; s2 < 3; ++s2) acc = xsimd::fma(B::load_aligned(eq + r * rs + s2 * Cep), w[r * 3 + s2], acc);
+        relu6<Arch>(acc).store_aligned(d + (p * g.Q + q) * Cep + cv);
+      }
+    }
+  }
+}
+
+template <class Arch>
+void run_image(const IrState& st, const float* wts, const Io& io, int threads) {
+  const IrGeometry& g = st.g;
+  const Packed& L = st.L;
+  constexpr i64 Wd = fbatch<Arch>::size;
+  constexpr int NVmax = IrTile<Arch>::ex_nv, TQ = IrTile<Arch>::pj_q, PX = IrTile<Arch>::ex_px;
+  const i64 nce = L.Cep / Wd, nblocks = (nce + NVmax - 1) / NVmax, PQ = g.P * g.Q, HW = g.H * g.W;
+  // x's rows follow each other (h step = W pixel steps): its pixels can be read as one row.
+  const bool x_linear = io.xs[2] == g.W * io.xs[3];
+  const i64 ex_tiles = (HW + PX - 1) / PX, ex_base = HW / ex_tiles, ex_extra = HW % ex_tiles;
+  float* e = st.e_img.data;
+  float* d = st.d_img.data;
+  const i64 rs = (g.W + 2) * L.Cep;
+  // Pixel tiles of at most TQ, balanced (49 pixels: 7 x 7, not 8 x 6 + 1).
+  const i64 ntiles = (PQ + TQ - 1) / TQ, base = PQ / ntiles, extra = PQ % ntiles;
+  for (i64 n = 0; n < g.N; ++n) {
+    const float* xn = io.x + n * io.xs[0];
+    simd::parallel_for(nblocks, threads, 1, [&](i64 b0, i64 b1) {
+      for (i64 blk = b0; blk < b1; ++blk) {
+        const i64 cv = blk * NVmax, nv = std::min<i64>(NVmax, nce - cv);
+        const float* w = wts + L.we + cv * Wd;
+        const float* bias = wts + L.b1 + cv * Wd;
+        if (x_linear) {
+          // The image's pixels as one row, in balanced tiles that run across its rows: 7 x 7 on
+          // AVX2 is 9 tiles of 5 or 6 pixels, not 7 rows of 4 + 3.
+          for (i64 t = 0, pix = 0; t < ex_tiles; ++t) {
+            const i64 cnt = ex_base + (t < ex_extra ? 1 : 0);
+            float* eo[PX];
+            for (i64 i = 0; i < cnt; ++i)
+              eo[i] = e + ((pix + i) / g.W + 1) * rs + ((pix + i) % g.W + 1) * L.Cep + cv * Wd;
+            const float* xp = xn + pix * io.xs[3];
+            with_count<NVmax>(nv, [&](auto nvc) {
+              with_count<PX>(cnt, [&](auto px) {
+                constexpr int NV = decltype(nvc)::value, T = decltype(px)::value;
+                if (g.nhwc)
+                  expand_tile<Arch, T, NV, true>(xp, io.xs[1], io.xs[3], g.Cin, w, bias, L.Cep, nullptr, eo);
+                else
+                  expand_tile<Arch, T, NV, false>(xp, io.xs[1], io.xs[3], g.Cin, w, bias, L.Cep, nullptr, eo);
+              });
+            });
+            pix += cnt;
+          }
+        } else {
+          for (i64 h = 0; h < g.H; ++h) {
+            const float* xr = xn + h * io.xs[2];
+            float* er = e + (h + 1) * rs + L.Cep + cv * Wd;
+            with_count<NVmax>(nv, [&](auto nvc) {
+              constexpr int NV = decltype(nvc)::value;
+              if (g.nhwc)
+                expand_cols<Arch, NV, true>(xr, io.xs[1], io.xs[3], g.W, g.Cin, w, bias, L.Cep, er);
+              else
+                expand_cols<Arch, NV, false>(xr, io.xs[1], io.xs[3], g.W, g.Cin, w, bias, L.Cep, er);
+            });
+          }
+        }
+        dw_columns<Arch>(g, e, wts + L.wd, wts + L.b2, L.Cep, cv * Wd, nv, d);
+      }
+    });
+    // Jobs of one tile x one block of pj_nv vectors of Cout, block-major: a thread's range
+    // runs its blocks' weights (Ce x pj_nv vectors, L2-sized) over every tile in turn, so each
+    // weight comes from memory once per image; tile-major, the whole w_project (up to 1.2 MB)
+    // streamed from L3 for every tile.
+    float* yn = io.y + n * io.ys[0];
+    constexpr int PNV = IrTile<Arch>::pj_nv;
+    const i64 ncv = L.Cop / Wd, ncb = (ncv + PNV - 1) / PNV;
+    simd::parallel_tid(ncb * ntiles, threads, 1, [&](int tid, i64 j0, i64 j1) {
+      float* yt = st.scratch.data + static_cast<std::size_t>(tid) * st.per_thread;
+      for (i64 j = j0; j < j1; ++j) {
+        const i64 cb = j / ntiles, t = j % ntiles;
+        const i64 q0 = t * base + std::min(t, extra), cnt = base + (t < extra ? 1 : 0);
+        const i64 cv = cb * PNV, nv = std::min<i64>(PNV, ncv - cv);
+        with_count<TQ>(cnt, [&](auto tq) {
+          with_count<PNV>(nv, [&](auto v) {
+            project_block<Arch, decltype(tq)::value, decltype(v)::value>(
+                d + q0 * L.Cep, L.Cep, g.Ce, wts + L.wp + cv * Wd, L.Cop, wts + L.b3 + cv * Wd, yt + cv * Wd);
+          });
+        });
+        const i64 co0 = cv * Wd, co1 = std::min(g.Cout, (cv + nv) * Wd);
+        for (i64 i = 0; i < cnt; ++i) {
+          const i64 pix = q0 + i, p = pix / g.Q, q = pix % g.Q;
+          float* yq = yn + p * io.ys[2] + q * io.ys[3];
+          const float* xq = xn + p * io.xs[2] + q * io.xs[3];  // residual: stride 1, P = H, Q = W
+          const float* src = yt + i * L.Cop;
+          if (g.residual)
+            for (i64 co = co0; co < co1; ++co) yq[co * io.ys[1]] = src[co] + xq[co * io.xs[1]];
+          else
+            for (i64 co = co0; co < co1; ++co) yq[co * io.ys[1]] = src[co];
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace OPFUSE_SIMD_NS
 
@@ -442,6 +579,10 @@ Status InvertedResidual::prepare(Arch, const OpDesc& desc, const Context& ctx, c
   if (!st->scratch.alloc(st->per_thread * static_cast<std::size_t>(st->threads)) ||
       !st->zero_row.alloc(static_cast<std::size_t>(row_floats)))
     return {StatusCode::out_of_memory, "inverted_residual: cannot allocate the band buffers"};
+  st->image = ir_image_mode(g);
+  if (st->image && (!st->e_img.alloc(static_cast<std::size_t>((g.H + 2) * row_floats)) ||
+                    !st->d_img.alloc(static_cast<std::size_t>(g.P * g.Q * L.Cep))))
+    return {StatusCode::out_of_memory, "inverted_residual: cannot allocate the image buffers"};
   bool all_bound = constants != nullptr;
   for (std::size_t i = 1; all_bound && i < desc.inputs.size(); ++i) all_bound = constants[i] != nullptr;
   if (all_bound) {
@@ -468,6 +609,10 @@ void InvertedResidual::operator()(Arch, const KernelArgs& args) const {
   const Tensor& y = *args.out[0];
   const Io io{x.data(), y.mutable_data(), x.strides(), y.strides()};
   const int threads = std::min(args.threads, st.threads);
+  if (st.image) {
+    run_image<Arch>(st, wts, io, threads);
+    return;
+  }
   simd::parallel_tid(g.N * g.P, threads, 1, [&](int tid, i64 b, i64 e) {
     run_rows<Arch>(st, wts, io, b, e, st.scratch.data + static_cast<std::size_t>(tid) * st.per_thread);
   });

@@ -11,7 +11,8 @@
 namespace opfuse::fused {
 
 // inverted_residual.cpp: rolling band of 3 expanded rows per thread (L2), depthwise + project per
-// pixel tile (L1); e and d are never written to memory in full.
+// pixel tile (L1); e and d are never written to memory in full. Blocks with large weights run
+// whole images instead (e and d of one image in L2, each weight read once per image).
 OPFUSE_SIMD_FUNCTOR_PREPARED(InvertedResidual);
 
 // ---- ISA-independent code, in fused/shared/inverted_residual_supports.cpp --------------------
@@ -32,5 +33,9 @@ std::size_t ir_band_floats(const IrGeometry& g, std::int64_t lanes);
 // per expanded row); everything else valid (NCHW or NHWC, stride 1 or 2, with or without
 // expansion and residual) is taken.
 bool inverted_residual_supports(const OpDesc& desc);
+
+// Whether the block runs in whole-image mode (inverted_residual.cpp): with an expansion whose
+// weights exceed half of L2, and an image whose e and d fit in it.
+bool ir_image_mode(const IrGeometry& g);
 
 }  // namespace opfuse::fused

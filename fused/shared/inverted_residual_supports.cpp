@@ -28,17 +28,20 @@ std::size_t ir_band_floats(const IrGeometry& g, std::int64_t lanes) {
   return static_cast<std::size_t>(3 * (g.W + 2) * cep);
 }
 
+bool ir_image_mode(const IrGeometry& g) {
+  // Row by row, the weights are read again for every expanded row and every pixel tile: from
+  // L2 that is cheap, but weights larger than half of it (the band and the tiles need the rest)
+  // would stream from L3 over and over (MobileNetV2's 7 x 7 blocks, 1.2 - 1.9 MB: 14 passes
+  // per image). The whole image's e and d take their place in L2, where they fit.
+  const auto l2 = static_cast<std::int64_t>(simd::cache_sizes().l2);
+  const std::int64_t weight_bytes = 4 * (g.Cin * g.Ce + g.Ce * g.Cout);
+  const std::int64_t image_bytes = 4 * ((g.H + 2) * (g.W + 2) + g.P * g.Q) * (g.Ce + 16);
+  return g.expand && 2 * weight_bytes > l2 && image_bytes <= l2;
+}
+
 bool inverted_residual_supports(const OpDesc& desc) {
   const IrGeometry g = ir_geometry(desc);
   if (g.stride != 1 && g.stride != 2) return false;
-  // The row-by-row design reads all the 1x1 weights again for every output row (the expansion)
-  // and every pixel tile (the projection): from L2 that is cheap, but weights larger than half
-  // of it (the band and the tiles need the rest) stream from L3 over and over (MobileNetV2's
-  // 7 x 7 blocks, 1.2 - 1.9 MB: 14 passes per image). Those blocks are the simd kernel's (three
-  // GEMM-like convolutions, each weight read once per call, the intermediates through L2-sized
-  // workspace), which measured faster there.
-  const std::int64_t weight_bytes = 4 * ((g.expand ? g.Cin * g.Ce : 0) + g.Ce * g.Cout);
-  if (2 * weight_bytes > static_cast<std::int64_t>(simd::cache_sizes().l2)) return false;
   return (g.W + 2) * (g.Ce + 16) <= (std::int64_t{1} << 20);
 }
 

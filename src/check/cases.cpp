@@ -756,6 +756,11 @@ void inverted_residual_cases(Cases& c) {
   c.add(inverted_residual(1, 17, 5, 5, 33, 17, 1, true), kInf);
   c.add(inverted_residual(1, 8, 10, 7, 48, 12, 2, false));
   c.add(inverted_residual(1, 16, 4, 4, 64, 65, 1, false, true, kNhwc), kUnaligned);
+  // 1.3 MB of 1x1 weights over small images: the fused kernel's whole-image mode wherever L2 is
+  // below 2.6 MB (ir_image_mode), Ce not a multiple of the vector width.
+  c.add(inverted_residual(1, 160, 6, 6, 1000, 160, 1, true));
+  c.add(inverted_residual(2, 160, 6, 5, 1000, 168, 1, false, true, kNhwc));
+  c.add(inverted_residual(1, 160, 7, 7, 1000, 168, 2, false));
 }
 
 // ---- eltwise chain ---------------------------------------------------------------------------
