@@ -174,7 +174,7 @@ struct DirectTileEpi {
 // transpose into y).
 template <class Arch, int NV>
 void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* yt,
-                  float* y, const ChainEpilogue& epi, i64 n, i64 p0, i64 p1) {
+                  float* y, const ChainEpilogue& epi, i64 n, i64 p0, i64 p1, i64 fb0, i64 fb1) {
   constexpr int MR = simd::DirectTile<Arch>::MR;
   const ConvGeom& g = pl.g;
   const i64 C = g.C, K = g.K;
@@ -182,8 +182,12 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
   const i64 row_step = g.dh * pl.Wp * C, col_step = g.dw * C;
   const i64 wblock = g.R * g.S * g.Cg * pl.KB;
   const float* xn = xp + n * pl.Hp * pl.Wp * C;
-  for (i64 gi = 0; gi < g.G; ++gi) {
-    for (i64 kb = 0; kb < pl.nkb; ++kb) {
+  // Channel blocks fb0 .. fb1 - 1 of the G * nkb (group-major): output channels [k_lo, k_hi).
+  const auto block_k0 = [&](i64 fb) { return (fb / pl.nkb) * g.Kg + (fb % pl.nkb) * pl.KB; };
+  const i64 k_lo = block_k0(fb0), k_hi = block_k0(fb1 - 1) + std::min(pl.KB, g.Kg - ((fb1 - 1) % pl.nkb) * pl.KB);
+  for (i64 fb = fb0; fb < fb1; ++fb) {
+    const i64 gi = fb / pl.nkb, kb = fb % pl.nkb;
+    {
       const float* wk = wp + (gi * pl.nkb + kb) * wblock;
       const float* bk = bias + (gi * pl.nkb + kb) * pl.KB;
       const i64 k0 = gi * g.Kg + kb * pl.KB;
@@ -225,8 +229,8 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
   const i64 PQ = g.P * g.Q;
   for (i64 pb = 0; pb < npix; pb += PT) {
     const i64 cnt = std::min(PT, npix - pb);
-    for (i64 kt = 0; kt < K; kt += KT) {
-      const i64 kn = std::min(KT, K - kt);
+    for (i64 kt = k_lo; kt < k_hi; kt += KT) {
+      const i64 kn = std::min(KT, k_hi - kt);
       i64 done = 0;  // pixels of the block through registers
 #ifdef __AVX512F__
       if constexpr (std::is_same_v<Arch, simd::avx512>)
@@ -256,7 +260,7 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
                 const ChainEpilogue& epi, const i64* image_stride, const DirectState* st, int threads) {
   const ConvGeom& g = pl.g;
   const i64 rows = g.N * g.P;
-  const auto work = [&](i64 b, i64 e, float* ytile) {
+  const auto work = [&](i64 b, i64 e, float* ytile, i64 fb0, i64 fb1) {
     while (b < e) {
       const i64 n = b / g.P, p0 = b % g.P, pe = std::min(g.P, p0 + (e - b));
       const ChainEpilogue en = epi.for_image(image_stride, n);
@@ -264,7 +268,7 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
       for (i64 j = 0; j < nblk; ++j) {
         const i64 q0 = p0 + (pe - p0) * j / nblk, q1 = p0 + (pe - p0) * (j + 1) / nblk;
         float* yt = pl.ybuf ? ytile : y + (n * g.P + q0) * g.Q * g.K;
-        direct_block<Arch, NV>(pl, xp, wp, bias, yt, y, en, n, q0, q1);
+        direct_block<Arch, NV>(pl, xp, wp, bias, yt, y, en, n, q0, q1, fb0, fb1);
       }
       b += pe - p0;
     }
@@ -272,15 +276,21 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
   const int t = static_cast<int>(
       std::min<i64>(pl.ybuf ? std::min(simd::team_size(threads), st->slots) : simd::team_size(threads), rows));
   float* tiles = pl.ybuf ? st->ytiles.data : nullptr;
+  const i64 blocks = g.G * pl.nkb;
   if (t <= 1) {
-    work(0, rows, tiles);
+    work(0, rows, tiles, 0, blocks);
     return;
   }
 #pragma omp parallel num_threads(t)
   {
     const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
-    if (b < e) work(b, e, tiles ? tiles + id * st->ytile_floats : nullptr);
+    float* own = tiles ? tiles + id * st->ytile_floats : nullptr;
+    if (simd::direct_split_channels(rows, blocks, nt, 4 * pl.wfloats)) {
+      work(0, rows, own, blocks * id / nt, blocks * (id + 1) / nt);
+    } else {
+      const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
+      if (b < e) work(b, e, own, 0, blocks);
+    }
   }
 }
 

@@ -242,7 +242,7 @@ std::size_t direct_workspace(const OpDesc& d, float* base, float** wsw, float** 
 // buffer (NCHW output), which is then transposed into y with the chain applied per row.
 template <class Arch, int NV>
 void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, const float* bias, float* yt, float* y,
-                  const Chain& ch, i64 n, i64 p0, i64 p1) {
+                  const Chain& ch, i64 n, i64 p0, i64 p1, i64 fb0, i64 fb1) {
   constexpr int MR = DirectTile<Arch>::MR;
   const ConvGeom& g = pl.g;
   const i64 C = g.C, K = g.K;
@@ -250,8 +250,12 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
   const i64 row_step = g.dh * pl.Wp * C, col_step = g.dw * C;
   const i64 wblock = g.R * g.S * g.Cg * pl.KB;
   const float* xn = xp + n * pl.Hp * pl.Wp * C;
-  for (i64 gi = 0; gi < g.G; ++gi) {
-    for (i64 kb = 0; kb < pl.nkb; ++kb) {
+  // Channel blocks fb0 .. fb1 - 1 of the G * nkb (group-major): output channels [k_lo, k_hi).
+  const auto block_k0 = [&](i64 fb) { return (fb / pl.nkb) * g.Kg + (fb % pl.nkb) * pl.KB; };
+  const i64 k_lo = block_k0(fb0), k_hi = block_k0(fb1 - 1) + std::min(pl.KB, g.Kg - ((fb1 - 1) % pl.nkb) * pl.KB);
+  for (i64 fb = fb0; fb < fb1; ++fb) {
+    const i64 gi = fb / pl.nkb, kb = fb % pl.nkb;
+    {
       const float* wk = wp + (gi * pl.nkb + kb) * wblock;
       const float* bk = bias + (gi * pl.nkb + kb) * pl.KB;
       const i64 k0 = gi * g.Kg + kb * pl.KB;
@@ -287,9 +291,9 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
   // NHWC block (npix x K) -> NCHW rows of y (K x npix, planes PQ apart) through register
   // transposes; then the chain on the block's rows of y (RB*Q*K floats, still in L2).
   const i64 PQ = g.P * g.Q;
-  transpose_2d<Arch>(yt, K, y + n * K * PQ + a, PQ, npix, K);
+  transpose_2d<Arch>(yt + k_lo, K, y + (n * K + k_lo) * PQ + a, PQ, npix, k_hi - k_lo);
   if (ch.n > 0)
-    for (i64 k = 0; k < K; ++k) chain_nchw_range<Arch>(ch, y + (n * K + k) * PQ, p0 * g.Q, p1 * g.Q, n, k, g.Q);
+    for (i64 k = k_lo; k < k_hi; ++k) chain_nchw_range<Arch>(ch, y + (n * K + k) * PQ, p0 * g.Q, p1 * g.Q, n, k, g.Q);
 }
 
 template <class Arch, int NV>
@@ -299,14 +303,14 @@ void direct_run(const DirectPlan<Arch>& pl, const float* xp, const float* wp, co
   const i64 rows = g.N * g.P;  // output rows of all images, split evenly (to one row) over threads
   // Rows [b, e) in blocks of at most RB rows that do not cross an image, equal-sized within
   // each image's part of the range.
-  const auto work = [&](i64 b, i64 e, float* ytile) {
+  const auto work = [&](i64 b, i64 e, float* ytile, i64 fb0, i64 fb1) {
     while (b < e) {
       const i64 n = b / g.P, p0 = b % g.P, pe = std::min(g.P, p0 + (e - b));
       const i64 nblk = (pe - p0 + pl.RB - 1) / pl.RB;
       for (i64 j = 0; j < nblk; ++j) {
         const i64 q0 = p0 + (pe - p0) * j / nblk, q1 = p0 + (pe - p0) * (j + 1) / nblk;
         float* yt = pl.ybuf ? ytile : y + (n * g.P + q0) * g.Q * g.K;
-        direct_block<Arch, NV>(pl, xp, wp, bias, yt, y, ch, n, q0, q1);
+        direct_block<Arch, NV>(pl, xp, wp, bias, yt, y, ch, n, q0, q1, fb0, fb1);
       }
       b += pe - p0;
     }
@@ -314,15 +318,21 @@ void direct_run(const DirectPlan<Arch>& pl, const float* xp, const float* wp, co
   const int t =
       static_cast<int>(std::min<i64>(pl.ybuf ? std::min(team_size(threads), st->slots) : team_size(threads), rows));
   float* tiles = pl.ybuf ? st->ytiles.data : nullptr;
+  const i64 blocks = g.G * pl.nkb;
   if (t <= 1) {
-    work(0, rows, tiles);
+    work(0, rows, tiles, 0, blocks);
     return;
   }
 #pragma omp parallel num_threads(t)
   {
     const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
-    if (b < e) work(b, e, tiles ? tiles + id * st->ytile_floats : nullptr);
+    float* own = tiles ? tiles + id * st->ytile_floats : nullptr;
+    if (direct_split_channels(rows, blocks, nt, 4 * pl.wfloats)) {
+      work(0, rows, own, blocks * id / nt, blocks * (id + 1) / nt);
+    } else {
+      const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
+      if (b < e) work(b, e, own, 0, blocks);
+    }
   }
 }
 

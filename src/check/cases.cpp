@@ -288,6 +288,11 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 16, 6, 6, 24, 1, 1}, true, {act(ActKind::silu)}));
   c.add(conv({1, 16, 9, 9, 16, 3, 3, 2, 1, 1, 16}, false, {PostOp::batchnorm(), act(Activation::relu6())}));
   c.add(conv({2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu, {{1, 16, 1, 1}}));
+  // 7 output rows over 5+ channel blocks: on two threads the direct kernels split the channel
+  // blocks, not the rows (direct_split_channels); NCHW (each thread transposes its channels of
+  // the y tile) and NHWC.
+  c.add(conv({1, 32, 7, 7, 264, 3, 3, 1, 1}, true, bn_add_relu));
+  c.add(conv({1, 32, 7, 7, 264, 3, 3, 1, 1, 1, 1, kNhwc}, false, {PostOp::batchnorm(), act(ActKind::relu)}));
   // Depthwise with chains the fused stage runs on its accumulators: BN + ReLU6 (MobileNet), bias
   // and two folded BNs, a residual over the full output (two images: the operand offset per
   // image), a per-channel operand, a BN after the activation (not folded), stride 2, rows of
