@@ -52,8 +52,8 @@ inline constexpr int kVmathFnCount = 7;
 // tolerance.
 // Indexed by VmathFn: exp, tanh, erf, sigmoid, gelu_erf.
 inline constexpr double kVmathMaxUlp[5] = {2, 2, 2, 3, 9};
-// gelu_erf's results below FLT_MIN (x < -13.2) come from e^(-u^2/2) < FLT_MIN, which AVX2 and
-// SSE2 flush to 0 (vmath::exp_nonpositive): an absolute error below FLT_MIN = 2^-126.
+// gelu_erf's results below FLT_MIN (x < -13.15) are flushed to 0 on every ISA (vmath::gelu_erf):
+// an absolute error below FLT_MIN = 2^-126.
 inline constexpr double kVmathMaxTinyAbs[5] = {0x1p-149, 0x1p-149, 0x1p-149, 0x1p-149, 0x1p-126};
 
 }  // namespace opfuse::simd

@@ -18,8 +18,8 @@
 //   tanh     1.36 ulp (bound 2)
 //   erf      1.06 ulp (bound 2)   tiny results (denormal x): <= 0.51 x 2^-149
 //   sigmoid  2.64 ulp (bound 3)   results < FLT_MIN (x < -87.3): <= 0.78 x 2^-149
-//   gelu_erf 8.33 ulp (bound 9)   results < FLT_MIN (x < -13.1): <= 3.5 x 2^-149 (AVX2 / SSE2
-//                                 flush them to 0: <= 2^-126); SSE2 8.59 ulp
+//   gelu_erf 8.33 ulp (bound 9)   results < FLT_MIN (x < -13.15): flushed to 0 (<= 2^-126, the
+//                                 bound; see gelu_erf); SSE2 8.59 ulp
 //            (the old 0.5 x (1 + erf(x / sqrt 2)) form was within 2 ulp for x >= 0 but lost all
 //            relative accuracy for x < -3, where 1 + erf cancels - millions of ulp at x = -5)
 // Overflow, underflow, +-inf and NaN: 0 mismatches. SSE2 has no FMA (xsimd::fma is a multiply and
@@ -264,8 +264,8 @@ inline fbatch<Arch> erf(fbatch<Arch> x) {
 // positive and ~1 / (u sqrt(2 pi)) for large u, so one rational function covers all of
 // [0, 14.5]: P4(u) / Q5(u), a weighted least-squares fit refined by Lawson iterations to a
 // relative error of 6e-9 (0.1 ulp) in exact arithmetic; every coefficient is positive, so
-// Horner's rule on u >= 0 never cancels. Beyond 14.5, e^(-u^2/2) < e^-105 is 0 in fp32 and u is
-// clamped there (u^2 must not overflow). u^2 is split exactly into q + lo (an FMA; SSE2:
+// Horner's rule on u >= 0 never cancels. u is clamped at 13.15, past which the result is below
+// FLT_MIN and flushed to 0 (u^2 must not overflow either). u^2 is split exactly into q + lo (an FMA; SSE2:
 // Dekker's product) and e^(-u^2/2) = e^(-q/2) (1 - lo/2), because the rounding of u^2 alone
 // would scale e^(-u^2/2)'s relative error by u^2 / 2 (~85 at u = 13). e^(-q/2) is
 // exp_nonpositive, so ~34 vector operations in all (one division, on its own unit).
@@ -277,12 +277,18 @@ inline fbatch<Arch> gelu_erf(fbatch<Arch> x) {
   static constexpr float P[] = {0x1p-1f, 0x1.c0bb62p-2f, 0x1.77233cp-3f, 0x1.4cbp-5f, 0x1.0d8932p-8f};
   static constexpr float Q[] = {1.f, 0x1.ac9fe2p+0f, 0x1.33c6aep+0f, 0x1.e0917ap-2f, 0x1.a0fd08p-4f, 0x1.51cf2cp-7f};
   const B a = xsimd::abs(x);
-  // u = min(a, 14.5); a NaN may become 14.5 here (x itself carries the NaN to the result).
+  // u = min(a, kFlush); a NaN may become kFlush here (x itself carries the NaN to the result).
+  // Beyond kFlush = 13.15, |gelu| < FLT_MIN (the crossing is at 13.1462) and the result is
+  // x * 0; up to it e^(-u^2/2) >= 2.8e-38 and every intermediate stays normal. Computed on (as
+  // AVX-512's vscalefps would, rounding them as denormals), those lanes ran on denormals, and
+  // each denormal operation takes a microcode assist on Intel cores: a GEMM's gelu epilogue
+  // over outputs of magnitude 10-40 took 3x the GEMM's own time.
+  constexpr float kFlush = 13.15f;
   B u;
   if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
-    u = _mm512_mask_min_ps(a, 0xFFFF, a, B(14.5f));  // masked form: see vmax in simd/norm_kernel.hpp
+    u = _mm512_mask_min_ps(a, 0xFFFF, a, B(kFlush));  // masked form: see vmax in simd/norm_kernel.hpp
   else
-    u = xsimd::min(a, B(14.5f));
+    u = xsimd::min(a, B(kFlush));
   const B q = u * u;
   B lo;
   if constexpr (std::is_same_v<Arch, xsimd::sse2>) {
@@ -300,8 +306,12 @@ inline fbatch<Arch> gelu_erf(fbatch<Arch> x) {
   const B e = exp_nonpositive<Arch>(B(-0.5f) * q);
   const B tail = xsimd::fnma(e * B(0.5f), lo, e);  // e^(-u^2/2) = e^(-q/2) e^(-lo/2), |lo| <= 2^-24 q
   const B s = horner<Arch>(u, P) / horner<Arch>(u, Q);
-  const B neg = (x * s) * tail;           // x s first: (x s) is normal whenever the result is
-  const B pos = x * (B(1.f) - tail * s);  // not x - x h: gelu(+inf) = inf * 1, not inf - inf * 0
+  // x s first: (x s) is normal whenever the result is; past kFlush, x * 0 (-0, or NaN for -inf).
+  const B neg = xsimd::select(a > B(kFlush), x * B(0.f), (x * s) * tail);
+  // Not x - x h: gelu(+inf) = inf * 1, not inf - inf * 0. Past u = 5.6, h = tail s < 2^-25 and
+  // 1 - h rounds to 1: the tail is zeroed first so that tail * s is never formed as a denormal.
+  const B tail_pos = xsimd::select(u > B(5.6f), B(0.f), tail);
+  const B pos = x * (B(1.f) - tail_pos * s);
   return xsimd::select(x < B(0.f), neg, pos);
 }
 
