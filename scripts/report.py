@@ -532,7 +532,39 @@ def parity_section(run):
         out.append(f"| {threads} | {len(rs)} | {sum(r < 0.9 for r, _, _ in rs)} | {sum(r < 1.0 for r, _, _ in rs)} | "
                    f"{gm:.3f}x | {worst} |")
     out.append("")
+    out += scaling_table(rows)
     return out
+
+
+def scaling_table(rows):
+    """Thread scaling of every gemm and dense 3x3 conv2d case: the faster opfuse stage's time at 1
+    thread over the faster one at the most threads of the run, next to oneDNN's (ideal: the thread
+    count; the ISA-tier issue asks for 0.9 of it)."""
+    counts = sorted({t for (_, _, t) in rows})
+    if len(counts) < 2:
+        return []
+    n = counts[-1]
+    lines = []
+    below = total = 0
+    for (op, case, threads), v in sorted(rows.items()):
+        if threads != 1 or not (op == "gemm" or (op == "conv2d" and "_r3_" in case and "_dw" not in case)):
+            continue
+        vn = rows.get((op, case, n), {})
+        b1 = min((v[i] for i in ("simd", "fused") if i in v), default=None)
+        bn = min((vn[i] for i in ("simd", "fused") if i in vn), default=None)
+        if not b1 or not bn:
+            continue
+        s = b1 / bn
+        d = f"{v['onednn'] / vn['onednn']:.2f}x" if "onednn" in v and "onednn" in vn else "-"
+        total += 1
+        below += s < 0.9 * n
+        lines.append(f"| {op} `{case}` | {s:.2f}x{'' if s >= 0.9 * n else ' (below)'} | {d} |")
+    if not lines:
+        return []
+    return [f"### Thread scaling, 1 to {n} threads\n",
+            f"Every gemm and dense 3x3 conv2d case: the faster opfuse stage's time at 1 thread over its time at "
+            f"{n} (ideal {n}x); {below} of {total} below {0.9 * n:.1f}x.\n",
+            "| case | opfuse | oneDNN |", "|---|---|---|"] + lines + [""]
 
 
 def target_ceilings(run):

@@ -92,6 +92,12 @@ def check_report(c, report_dir, impls_by_op, n_benchmarks):
                             by_title.get("Parity with oneDNN", ""), flags=re.M)
         c.expect(parity and all(int(b1) <= int(b2) <= int(n) for n, b1, b2 in parity),
                  f"REPORT.md parity table: {parity}")
+        # With two thread counts, the scaling table: its summary counts its rows.
+        m = re.search(r"; (\d+) of (\d+) below [0-9.]+x\.\n\n\| case \| opfuse \| oneDNN \|\n\|---\|---\|---\|\n"
+                      r"((?:\| .+ \|\n)+)", by_title.get("Parity with oneDNN", ""))
+        if len(parity) > 1:
+            c.expect(m and int(m.group(2)) == m.group(3).count("\n") and
+                     int(m.group(1)) == m.group(3).count("(below)"), "REPORT.md thread-scaling table")
     # Where the run measured the gemm + gelu target (a full run), the report says what bounds it.
     if re.search(r"^\| fused \| `gemm/fused/128x3072x768\+bias\+gelu/t1` >= 1\.03x `simd` \| [0-9.]+x",
                  by_title.get("Targets", ""), flags=re.M):
