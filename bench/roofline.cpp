@@ -119,7 +119,7 @@ Roofline probe_roofline(bool quick, std::size_t llc_bytes) {
   Roofline r;
   r.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   // Full probe: 0.3 s of warm-up, then the best of 5 runs of 0.2 s each, per ISA and thread
-  // count (about 10 s in all on a 2-core AVX-512 machine); quick: 0.1 s and 3 x 0.05 s.
+  // count; quick: 0.1 s and 3 x 0.05 s.
   const double target_s = quick ? 0.05 : 0.2, warm_s = quick ? 0.1 : 0.3;
   const int peak_reps = quick ? 3 : 5;
 

@@ -93,6 +93,15 @@ inline void with_count(i64 k, Fn&& fn) {
   (std::make_integer_sequence<int, Max>{});
 }
 
+// n items in the fewest tiles of at most `most`, their sizes one apart at most (7 in tiles of
+// 6: 4 + 3, not 6 + 1, whose 1-wide tile runs at a fraction of the FMA rate).
+struct Balanced {
+  i64 count, base, extra;
+  Balanced(i64 n, i64 most) : count(std::max<i64>(1, (n + most - 1) / most)), base(n / count), extra(n % count) {}
+  i64 begin(i64 t) const { return t * base + std::min(t, extra); }
+  i64 size(i64 t) const { return base + (t < extra ? 1 : 0); }
+};
+
 // Where the folded, packed weights sit in a block of floats (offsets, each 16-float aligned).
 struct Packed {
   i64 Cep = 0, Cop = 0;  // Ce and Cout padded to the vector width
@@ -248,13 +257,12 @@ template <class Arch, int NV, bool CL>
 void expand_cols(const float* x, i64 xs_c, i64 xs_w, i64 W, i64 Cin, const float* w, const float* b1, i64 Cep,
                  float* e) {
   constexpr int PX = IrTile<Arch>::ex_px;
-  const i64 ntiles = (W + PX - 1) / PX, base = W / ntiles, extra = W % ntiles;
-  for (i64 t = 0, q = 0; t < ntiles; ++t) {
-    const i64 cnt = base + (t < extra ? 1 : 0);
-    with_count<PX>(cnt, [&](auto px) {
+  const Balanced tiles(W, PX);
+  for (i64 t = 0; t < tiles.count; ++t) {
+    const i64 q = tiles.begin(t);
+    with_count<PX>(tiles.size(t), [&](auto px) {
       expand_tile<Arch, decltype(px)::value, NV, CL>(x + q * xs_w, xs_c, xs_w, Cin, w, b1, Cep, e + q * Cep);
     });
-    q += cnt;
   }
 }
 
@@ -393,9 +401,9 @@ void run_rows(const IrState& st, const float* wts, const Io& io, i64 begin, i64 
     float* yrow = io.y + n * io.ys[0] + p * io.ys[2];
     const float* xres = xn + p * io.xs[2];  // residual: stride 1, so output row p is input row p
     // Tiles of at most TQ pixels, balanced (Q = 7 is 4 + 3, not 6 + 1).
-    const i64 ntiles = (g.Q + TQ - 1) / TQ, base = g.Q / ntiles, extra = g.Q % ntiles;
-    for (i64 tile = 0, q0 = 0, cnt = 0; tile < ntiles; ++tile, q0 += cnt) {
-      cnt = base + (tile < extra ? 1 : 0);
+    const Balanced tiles(g.Q, TQ);
+    for (i64 tile = 0; tile < tiles.count; ++tile) {
+      const i64 q0 = tiles.begin(tile), cnt = tiles.size(tile);
       dw_tile<Arch>(rows, g.stride, q0, cnt, wts + L.wd, wts + L.b2, L.Cep, dt);
       project_tile<Arch>(L, g.Ce, wts, dt, cnt, yt);
       // y tile [cnt][Cout] -> y (+ x), in y's layout.
@@ -470,12 +478,12 @@ void run_image(const IrState& st, const float* wts, const Io& io, int threads) {
   const i64 nce = L.Cep / Wd, nblocks = (nce + NVmax - 1) / NVmax, PQ = g.P * g.Q, HW = g.H * g.W;
   // x's rows follow each other (h step = W pixel steps): its pixels can be read as one row.
   const bool x_linear = io.xs[2] == g.W * io.xs[3];
-  const i64 ex_tiles = (HW + PX - 1) / PX, ex_base = HW / ex_tiles, ex_extra = HW % ex_tiles;
+  const Balanced ex_tiles(HW, PX);
   float* e = st.e_img.data;
   float* d = st.d_img.data;
   const i64 rs = (g.W + 2) * L.Cep;
   // Pixel tiles of at most TQ, balanced (49 pixels: 7 x 7, not 8 x 6 + 1).
-  const i64 ntiles = (PQ + TQ - 1) / TQ, base = PQ / ntiles, extra = PQ % ntiles;
+  const Balanced tiles(PQ, TQ);
   for (i64 n = 0; n < g.N; ++n) {
     const float* xn = io.x + n * io.xs[0];
     simd::parallel_for(nblocks, threads, 1, [&](i64 b0, i64 b1) {
@@ -486,8 +494,8 @@ void run_image(const IrState& st, const float* wts, const Io& io, int threads) {
         if (x_linear) {
           // The image's pixels as one row, in balanced tiles that run across its rows: 7 x 7 on
           // AVX2 is 9 tiles of 5 or 6 pixels, not 7 rows of 4 + 3.
-          for (i64 t = 0, pix = 0; t < ex_tiles; ++t) {
-            const i64 cnt = ex_base + (t < ex_extra ? 1 : 0);
+          for (i64 t = 0; t < ex_tiles.count; ++t) {
+            const i64 pix = ex_tiles.begin(t), cnt = ex_tiles.size(t);
             float* eo[PX];
             for (i64 i = 0; i < cnt; ++i)
               eo[i] = e + ((pix + i) / g.W + 1) * rs + ((pix + i) % g.W + 1) * L.Cep + cv * Wd;
@@ -501,7 +509,6 @@ void run_image(const IrState& st, const float* wts, const Io& io, int threads) {
                   expand_tile<Arch, T, NV, false>(xp, io.xs[1], io.xs[3], g.Cin, w, bias, L.Cep, nullptr, eo);
               });
             });
-            pix += cnt;
           }
         } else {
           for (i64 h = 0; h < g.H; ++h) {
@@ -526,11 +533,11 @@ void run_image(const IrState& st, const float* wts, const Io& io, int threads) {
     float* yn = io.y + n * io.ys[0];
     constexpr int PNV = IrTile<Arch>::pj_nv;
     const i64 ncv = L.Cop / Wd, ncb = (ncv + PNV - 1) / PNV;
-    simd::parallel_tid(ncb * ntiles, threads, 1, [&](int tid, i64 j0, i64 j1) {
+    simd::parallel_tid(ncb * tiles.count, threads, 1, [&](int tid, i64 j0, i64 j1) {
       float* yt = st.scratch.data + static_cast<std::size_t>(tid) * st.per_thread;
       for (i64 j = j0; j < j1; ++j) {
-        const i64 cb = j / ntiles, t = j % ntiles;
-        const i64 q0 = t * base + std::min(t, extra), cnt = base + (t < extra ? 1 : 0);
+        const i64 cb = j / tiles.count, t = j % tiles.count;
+        const i64 q0 = tiles.begin(t), cnt = tiles.size(t);
         const i64 cv = cb * PNV, nv = std::min<i64>(PNV, ncv - cv);
         with_count<TQ>(cnt, [&](auto tq) {
           with_count<PNV>(nv, [&](auto v) {

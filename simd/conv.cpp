@@ -251,38 +251,35 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
   const i64 wblock = g.R * g.S * g.Cg * pl.KB;
   const float* xn = xp + n * pl.Hp * pl.Wp * C;
   // Channel blocks fb0 .. fb1 - 1 of the G * nkb (group-major): output channels [k_lo, k_hi).
-  const auto block_k0 = [&](i64 fb) { return (fb / pl.nkb) * g.Kg + (fb % pl.nkb) * pl.KB; };
-  const i64 k_lo = block_k0(fb0), k_hi = block_k0(fb1 - 1) + std::min(pl.KB, g.Kg - ((fb1 - 1) % pl.nkb) * pl.KB);
+  const auto [k_lo, k_hi] = direct_block_channels(pl, fb0, fb1);
   for (i64 fb = fb0; fb < fb1; ++fb) {
     const i64 gi = fb / pl.nkb, kb = fb % pl.nkb;
-    {
-      const float* wk = wp + (gi * pl.nkb + kb) * wblock;
-      const float* bk = bias + (gi * pl.nkb + kb) * pl.KB;
-      const i64 k0 = gi * g.Kg + kb * pl.KB;
-      const i64 valid = std::min(pl.KB, g.Kg - kb * pl.KB);
-      const i64 CB = direct_cblock(g, pl.KB);
-      for (i64 c0 = 0; c0 < g.Cg; c0 += CB) {
-        const i64 cn = std::min(CB, g.Cg - c0);
-        const bool first = c0 == 0, last = c0 + cn == g.Cg;
-        const float* wc = wk + c0 * g.R * g.S * pl.KB;
-        const DirectPrefetch pf(wc + cn * g.R * g.S * pl.KB, wp + pl.wfloats, CB * g.R * g.S * pl.KB, ntiles);
-        TilePixels tp(p0);
-        for (i64 t = 0; t < ntiles; ++t) {
-          const float* xs[MR];
-          float* ys[MR];
-          i64 ps[MR], qs[MR];
-          tp.template next<MR>(t * MR, npix, g.Q, ps, qs);
-          for (int i = 0; i < MR; ++i) {
-            const i64 pix = t * MR + i;
-            xs[i] = xn + (ps[i] * g.sh * pl.Wp + qs[i] * g.sw) * C + gi * g.Cg + c0;
-            ys[i] = pix < npix ? yt + pix * K + k0 : nullptr;
-          }
-          direct_tile<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first, NoTileEpi{},
-                                    pf.at(t), pf.count(t));
-          if (last && !pl.ybuf && ch.n > 0) {  // NHWC output: the chain on the tile just stored
-            for (int i = 0; i < MR; ++i)
-              if (ys[i]) chain_run<Arch>(ch, ys[i], valid, n, k0, ps[i], qs[i], true);
-          }
+    const float* wk = wp + fb * wblock;
+    const float* bk = bias + fb * pl.KB;
+    const i64 k0 = gi * g.Kg + kb * pl.KB;
+    const i64 valid = std::min(pl.KB, g.Kg - kb * pl.KB);
+    const i64 CB = direct_cblock(g, pl.KB);
+    for (i64 c0 = 0; c0 < g.Cg; c0 += CB) {
+      const i64 cn = std::min(CB, g.Cg - c0);
+      const bool first = c0 == 0, last = c0 + cn == g.Cg;
+      const float* wc = wk + c0 * g.R * g.S * pl.KB;
+      const DirectPrefetch pf(wc + cn * g.R * g.S * pl.KB, wp + pl.wfloats, CB * g.R * g.S * pl.KB, ntiles);
+      TilePixels tp(p0);
+      for (i64 t = 0; t < ntiles; ++t) {
+        const float* xs[MR];
+        float* ys[MR];
+        i64 ps[MR], qs[MR];
+        tp.template next<MR>(t * MR, npix, g.Q, ps, qs);
+        for (int i = 0; i < MR; ++i) {
+          const i64 pix = t * MR + i;
+          xs[i] = xn + (ps[i] * g.sh * pl.Wp + qs[i] * g.sw) * C + gi * g.Cg + c0;
+          ys[i] = pix < npix ? yt + pix * K + k0 : nullptr;
+        }
+        direct_tile<Arch, MR, NV>(xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first, NoTileEpi{}, pf.at(t),
+                                  pf.count(t));
+        if (last && !pl.ybuf && ch.n > 0) {  // NHWC output: the chain on the tile just stored
+          for (int i = 0; i < MR; ++i)
+            if (ys[i]) chain_run<Arch>(ch, ys[i], valid, n, k0, ps[i], qs[i], true);
         }
       }
     }
@@ -318,21 +315,15 @@ void direct_run(const DirectPlan<Arch>& pl, const float* xp, const float* wp, co
   const int t =
       static_cast<int>(std::min<i64>(pl.ybuf ? std::min(team_size(threads), st->slots) : team_size(threads), rows));
   float* tiles = pl.ybuf ? st->ytiles.data : nullptr;
-  const i64 blocks = g.G * pl.nkb;
   if (t <= 1) {
-    work(0, rows, tiles, 0, blocks);
+    work(0, rows, tiles, 0, g.G * pl.nkb);
     return;
   }
 #pragma omp parallel num_threads(t)
   {
     const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
-    float* own = tiles ? tiles + id * st->ytile_floats : nullptr;
-    if (direct_split_channels(rows, blocks, nt, 4 * pl.wfloats)) {
-      work(0, rows, own, blocks * id / nt, blocks * (id + 1) / nt);
-    } else {
-      const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
-      if (b < e) work(b, e, own, 0, blocks);
-    }
+    const DirectShare s = direct_share(pl, id, nt);
+    if (s.b < s.e) work(s.b, s.e, tiles ? tiles + id * st->ytile_floats : nullptr, s.fb0, s.fb1);
   }
 }
 

@@ -838,8 +838,7 @@ struct DirectPlan {
 // share of the `blocks` channel blocks each. Rows make every thread stream all the weights, and
 // few rows may not divide evenly (7 rows on 2 threads: 4 + 3, 1.75x at best); channel blocks
 // split the weights between the threads. So channel blocks when the rows do not divide, or
-// when the weights (`weight_bytes`) exceed half of L2 (3x3 256 -> 256, 2.4 MB, t2 on AVX2
-// 1.58 -> 1.33 ms).
+// when the weights (`weight_bytes`) exceed half of L2 (3x3 256 -> 256: 2.4 MB).
 inline bool direct_split_channels(i64 rows, i64 blocks, i64 t, i64 weight_bytes) {
   const bool uneven = rows % t != 0 && rows < 4 * t;
   return t > 1 && blocks >= 2 * t && (uneven || 2 * weight_bytes > static_cast<i64>(cache_sizes().l2));
@@ -865,6 +864,29 @@ DirectPlan<Arch> direct_plan(const OpDesc& d) {
   const i64 tile_floats = pl.ybuf ? 16384 : 65536;
   pl.RB = std::clamp<i64>(tile_floats / std::max<i64>(1, g.Q * g.K), 1, g.P);
   return pl;
+}
+
+// Thread id of nt's share of a direct convolution (direct_split_channels): output rows [b, e)
+// and channel blocks [fb0, fb1) of the G * nkb, group-major.
+struct DirectShare {
+  i64 b, e, fb0, fb1;
+};
+template <class Arch>
+DirectShare direct_share(const DirectPlan<Arch>& pl, i64 id, i64 nt) {
+  const i64 rows = pl.g.N * pl.g.P, blocks = pl.g.G * pl.nkb;
+  if (direct_split_channels(rows, blocks, nt, 4 * pl.wfloats))
+    return {0, rows, blocks * id / nt, blocks * (id + 1) / nt};
+  return {rows * id / nt, rows * (id + 1) / nt, 0, blocks};
+}
+
+// The output channels [lo, hi) of channel blocks fb0 .. fb1 - 1 (KB each, a group's last cut at Kg).
+struct ChannelRange {
+  i64 lo, hi;
+};
+template <class Arch>
+ChannelRange direct_block_channels(const DirectPlan<Arch>& pl, i64 fb0, i64 fb1) {
+  const auto k0 = [&](i64 fb) { return (fb / pl.nkb) * pl.g.Kg + (fb % pl.nkb) * pl.KB; };
+  return {k0(fb0), k0(fb1 - 1) + std::min(pl.KB, pl.g.Kg - ((fb1 - 1) % pl.nkb) * pl.KB)};
 }
 
 }  // namespace OPFUSE_SIMD_NS

@@ -660,7 +660,7 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
     // Row-major B on a team: the threads split K, not N. Each then streams a contiguous block of
     // B's rows, whole rows, into its own partial sums (acc + id * M * lda), which are added up
     // after a barrier. Split by columns, each thread read a 2 KB piece of every 4 KB row of a
-    // 1000-wide classifier, too short a run for the prefetchers: t2/t1 was 1.6x, oneDNN 2.0x.
+    // 1000-wide classifier, too short a run for the prefetchers to get going.
     const bool split_k = !g.trans_b && nt > 1 && K >= 64 * nt;
     if (j0 >= j1 && !split_k) return;
     // Columns [c0, c1) and rows [k_begin, k_end) of this thread's sweeps, into `part`.
