@@ -40,7 +40,12 @@
 //   it once in order to read it once. The micro-kernel then reads b's rows where they are
 //   (row step ldb, prefetched 16 k steps ahead), with no B buffer and no barriers; only a
 //   right-edge panel narrower than nr is packed (zero-padded). 128x3072x768+bias+gelu, t1:
-//   7.6 -> 6.5 ms (packing B, 9 MiB, had been ~15% of the call).
+//   7.6 -> 6.5 ms (packing B, 9 MiB, had been ~15% of the call). Read in place, the kc rows of
+//   a micro-panel sit ldb apart and share few cache sets, so with many row tiles reusing the
+//   panel (AVX2's 6-row tiles: 22 of them for 128 rows), or with a transposed B or rows more
+//   than a page apart, each micro-panel is instead packed alone into one kc x nr buffer right
+//   before its row tiles run (BPanels::each in gemm_kernel.hpp): still no B block, no
+//   barriers, and every panel read from L1/L2 by all its tiles.
 // Few rows (m <= 4, B not bound at prepare): sgemm_rows instead of the loop nest. A 14-row
 //   register tile would run 1 to 4 of its rows, and every B element is used once, so packing B
 //   - or reading it in place down 32-column micro-panels, 2048 rows of 128 bytes at a

@@ -193,11 +193,11 @@ std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int 
   std::int64_t nc = std::min(bl.nc, gemm_round_up(n, nr));
   if (nc_cap > 0) nc = std::min(nc, gemm_round_up(nc_cap, nr));
   const std::int64_t b_block = gemm_round_up(kc * nc, 16), a_block = gemm_a_block<Arch>(m, kc);
-  const std::int64_t edge = gemm_round_up(kc * nr, 16);  // a right-edge B panel when B is read in place
+  const std::int64_t panel = gemm_round_up(kc * nr, 16);  // one B micro-panel (BPanels::direct, each)
   // The row-streaming path of at most kGemvRows rows (sgemm_rows) accumulates in m rows of
   // round_up(n, 16) floats per thread instead.
   const std::int64_t rows = m <= kGemvRows ? std::max(threads, 1) * m * gemm_round_up(n, 16) : 0;
-  return static_cast<std::size_t>(16 + std::max(b_block + std::max(threads, 1) * (a_block + edge), rows));
+  return static_cast<std::size_t>(16 + std::max(b_block + std::max(threads, 1) * (a_block + panel), rows));
 }
 
 namespace gemm_detail {
@@ -528,14 +528,23 @@ constexpr auto make_tile_table(std::integer_sequence<int, I...>) {
 template <class Arch, class Epi>
 inline constexpr auto kTiles = make_tile_table<Arch, Epi>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
 
-// ---- the macro-kernel: one packed A block x one thread's share of the packed B block --------
-// C rows [i0, i0 + mc), columns jc + [j0, j1) where pb is the packed block of columns from jc
-// (j0 a multiple of nr). With `in_place` B is not packed: full micro-panels are read straight
-// from b's rows k0 .. k0 + kc - 1, and a right-edge panel is packed (zero-padded) into `edge`.
+// Where the macro-kernel finds B's micro-panels.
+//   block:  in the packed block pb (packed at prepare, or by the team at execute);
+//   direct: in b's own rows, read in place by the micro-kernel (a right-edge panel narrower
+//           than nr is packed, zero-padded, into `panel`);
+//   each:   packed one at a time into `panel` (kc x nr, in L2) just before the row tiles use it.
+// direct and each serve a thread whose rows all fit in one A block: every B element is then
+// used by one block only, so packing the whole B block would write it out to L3 and read it
+// back once.
+enum class BPanels { block, direct, each };
+
+// ---- the macro-kernel: one packed A block x one thread's share of B ---------------------------
+// C rows [i0, i0 + mc), columns jc + [j0, j1) where, in `block` mode, pb is the packed block of
+// columns from jc (j0 a multiple of nr); the other modes read b's rows k0 .. k0 + kc - 1.
 template <class Arch, class Epi>
 void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i0, int64_t mc, const float* pb,
-                  int64_t jc, int64_t j0, int64_t j1, int64_t k0, int64_t kc, bool first, bool last, bool in_place,
-                  float* edge) {
+                  int64_t jc, int64_t j0, int64_t j1, int64_t k0, int64_t kc, bool first, bool last, BPanels mode,
+                  float* panel) {
   constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
   Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs, 0, 0, nr};
   const RowTiles<Arch> tiles(mc);
@@ -555,12 +564,12 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
     const int64_t pf_lines = pf ? (next_panel ? kc : kc_next) * nr / 16 : 0;
     const int64_t pf_per_tile = gemm_ceil_div(pf_lines, tiles.t);
     st.ldpb = nr;
-    if (in_place && cols == nr) {
+    if (mode == BPanels::direct && cols == nr) {
       pbj = g.b + k0 * g.ldb + jc + j;
       st.ldpb = g.ldb;
-    } else if (in_place) {
-      pack_b_panel<Arch>(g.b, g.ldb, false, k0, kc, jc + j, cols, edge);
-      pbj = edge;
+    } else if (mode != BPanels::block) {
+      pack_b_panel<Arch>(g.b, g.ldb, g.trans_b, k0, kc, jc + j, cols, panel);
+      pbj = panel;
     }
     for (int64_t q = 0; q < tiles.t; ++q) {
       const int64_t i = tiles.begin(q), rows = tiles.begin(q + 1) - i;
@@ -846,32 +855,38 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   auto body = [&](int id, int nt) {
     const auto [tm, tn] = thread_grid(M, N, nt);
     float* abuf = ws + b_block + id * (a_block + e_block);
-    float* edge = abuf + a_block;
+    float* panel = abuf + a_block;
     const auto [i_begin, i_end] = split(M, tm, id / tn, mr);
-    // B read in place: when every thread's rows fit in one L2-resident A block, each B element
-    // is used by one block only, so packing B would copy it once to read it once; the
-    // micro-kernels read b's rows directly instead (prefetched), with no B buffer and no
-    // barriers. The same decision on every thread (from the largest row share).
+    // B not packed as a block (BPanels): when every thread's rows fit in one L2-resident A
+    // block. The same decision on every thread (from the largest row share).
     int64_t most = 0;
     for (int r = 0; r < tm; ++r) {
       const auto [b0, b1] = split(M, tm, r, mr);
       most = std::max(most, b1 - b0);
     }
-    // Only while B's rows are at most a page apart: farther apart, the kc rows of a micro-panel
-    // fall into few cache sets (a 12 KB row step is a multiple of 4 KB: every row in one L1 set
-    // and in 32 of the L2's) and evict each other while the row tiles reuse them.
-    const bool in_place = !g.packed_b && !g.trans_b && most <= gemm_in_place_rows<Arch>(ks) &&
-                          g.ldb * static_cast<int64_t>(sizeof(float)) <= 4096;
+    // Read in place only while B's rows are at most a page apart and the row tiles that reuse
+    // each micro-panel are few. The kc rows of a panel read in place fall into few cache sets
+    // (a 3 KiB row step: 4 of the L1's 64 sets; a 12 KiB step, a multiple of 4 KiB: one) and
+    // evict each other, so every row tile reads them again from L2 or L3; one copy into a
+    // contiguous panel costs less than that once more than a handful of tiles reuse it (A/B on
+    // the BERT-shaped GEMMs: 10 row tiles of AVX-512 prefer direct, 22 of AVX2 prefer each; the
+    // commit that introduced BPanels::each has the figures).
+    const int64_t most_tiles = gemm_ceil_div(most, mr);
+    BPanels mode = BPanels::block;
+    if (!g.packed_b && most <= gemm_in_place_rows<Arch>(ks))
+      mode = !g.trans_b && g.ldb * static_cast<int64_t>(sizeof(float)) <= 4096 && most_tiles <= 16 ? BPanels::direct
+                                                                                                   : BPanels::each;
+    const bool own_panels = mode != BPanels::block;
     // This thread's rows as ceil(rows / mr) near-equal row tiles (1024 rows: 74 tiles of 13 or 14
     // rows), grouped into near-equal blocks of at most MC rows (9 blocks of 8 or 9 tiles), or
     // into one block when B is read in place. Blocks of exactly MC rows would leave a 16-row
     // block of two 8-row tiles, and near-equal blocks without regard to tiles 12-row tiles: both
     // run at a lower FMA rate than 13-14 rows (perf, 1024^3).
     const int64_t rows = i_end - i_begin, row_tiles = gemm_ceil_div(rows, mr);
-    const int64_t tiles_per_block = std::max<int64_t>(1, in_place ? row_tiles : mc_max / mr);
+    const int64_t tiles_per_block = std::max<int64_t>(1, own_panels ? row_tiles : mc_max / mr);
     const int64_t blocks = rows > 0 ? gemm_ceil_div(row_tiles, tiles_per_block) : 0;
     const auto block_row = [&](int64_t b) { return i_begin + (b * row_tiles / blocks) * rows / row_tiles; };
-    const int64_t ncb = in_place ? N : nc_max;
+    const int64_t ncb = own_panels ? N : nc_max;
     for (int64_t jc = 0; jc < N; jc += ncb) {
       const int64_t nc = std::min(ncb, N - jc);
       const auto [j0, j1] = split(nc, tn, id % tn, nr);
@@ -880,7 +895,7 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
         const float* pb = bbuf;
         if (g.packed_b) {
           pb = g.packed_b + k0 * npad + jc * kc;
-        } else if (!in_place) {
+        } else if (!own_panels) {
           // Pack the nc block's micro-panels cooperatively, then wait for all of them. With one
           // row of threads (tm == 1) each thread packs exactly its own columns' panels (p0 * nr
           // == j0) and nobody waits; then a thread's panels start at the fixed offset
@@ -902,9 +917,9 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
           for (int64_t b = 0; b < blocks; ++b) {
             const int64_t i0 = block_row(b), mc = block_row(b + 1) - i0;
             pack_a<Arch>(g, i0, mc, k0, kc, abuf);
-            macro_kernel<Arch>(g, epi, abuf, i0, mc, pb, jc, j0, j1, k0, kc, k0 == 0, k0 + kc == K, in_place, edge);
+            macro_kernel<Arch>(g, epi, abuf, i0, mc, pb, jc, j0, j1, k0, kc, k0 == 0, k0 + kc == K, mode, panel);
           }
-        if (!g.packed_b && !in_place && tm > 1) {
+        if (!g.packed_b && !own_panels && tm > 1) {
 #pragma omp barrier  // the B block is overwritten next
         }
       }

@@ -173,6 +173,12 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(200, 300, 600, gp(true, false, 1.f, 0.f, {act(ActKind::gelu_erf)}), {300}), kConst);
   c.add(gemm(131, 1030, 70), kConst | kUnaligned);
   c.add(gemm(8, 24, 40, gp(false, false, 1.f, 0.f, {act(ActKind::silu), act(Activation::leaky_relu(0.1f))}), {1, 24}));
+  // Few rows, B not bound (gemm_kernel.hpp's BPanels): B's micro-panels read in place or packed
+  // one at a time - transposed B, rows more than a page apart (N > 1024), more row tiles than
+  // AVX2's 6-row tiles read in place - each with a right edge and K split into two k blocks.
+  c.add(gemm(120, 300, 1100, gp(false, true), {300}));
+  c.add(gemm(110, 70, 1100, gp(false, false, 1.f, 0.f, {act(ActKind::gelu_erf)})));
+  c.add(gemm(50, 1030, 40, gp(false, false, 1.f, 1.f)), kUnaligned);
   // At most 4 rows (sgemm_rows: B's rows streamed once, no packing): N tails, K % 4, trans_a,
   // alpha / beta, every bias shape, post-op chains in the epilogue, and two threads splitting
   // the columns (2 m n k above 4e6).
