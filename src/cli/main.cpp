@@ -39,6 +39,26 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
+// A count option: a whole number of at least `min`. CLI11's own NonNegativeNumber /
+// PositiveNumber print their range up to the largest double ("not in range 0.000000 to
+// 1797693...") for a value such as "1,2"; this names what is expected and what was given.
+CLI::Validator whole_number(long min) {
+  return CLI::Validator(
+      [min](std::string& v) -> std::string {
+        std::size_t used = 0;
+        long n = 0;
+        try {
+          n = std::stol(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != v.size() || n < min)
+          return "expected one whole number >= " + std::to_string(min) + ", got '" + v + "'";
+        return {};
+      },
+      min == 0 ? "INT>=0" : "INT>=" + std::to_string(min));
+}
+
 std::string join(const std::vector<std::string>& v, std::string_view sep) {
   std::string r;
   for (std::size_t i = 0; i < v.size(); ++i) r += (i ? std::string(sep) : std::string()) + v[i];
@@ -262,7 +282,7 @@ int run(int argc, char** argv) {
   check->add_option("--seed", ca.seed, "Seed for the input data and the seed-drawn shapes (default 1)");
   check->add_option("--case", ca.case_filter, "Only cases whose full name contains SUBSTR")->type_name("SUBSTR");
   check->add_option("--threads", ca.threads, "Threads for the kernels under test (0 = all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   check->add_flag("--json", ca.json, "Print the summary as JSON");
   check->add_flag("--list", ca.list, "List the matching case names without running them");
   check->add_flag("-v,--verbose", ca.verbose, "Print every case with its outcome");
@@ -281,14 +301,13 @@ int run(int argc, char** argv) {
                                       "bert_layer): latency, peak memory, --check against test data");
   runc->add_option("model", ra.model, "Model file or built-in name")->required();
   runc->add_option("--stage", ra.stage, fmt::format("Highest stage: {} (default fused)", stage_list()));
-  runc->add_option("--threads", ra.threads, "Kernel threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  runc->add_option("--threads", ra.threads, "Kernel threads (0 = all cores)")->check(whole_number(0));
   runc->add_option("--fusion", ra.fusion, "Graph fusion level: none, basic, advanced, full (default)");
   runc->add_option("--inputs", ra.inputs_dir, "Directory with input_<i>.pb (ONNX test-data layout)")->type_name("DIR");
   runc->add_option("--outputs", ra.outputs_dir, "Write output_<i>.pb here")->type_name("DIR");
   runc->add_flag("--check", ra.check, "Compare with the output_<i>.pb of --inputs (exit 1 on a mismatch)");
-  runc->add_option("--warmup", ra.warmup, "Untimed runs first (default 3)")->check(CLI::NonNegativeNumber);
-  runc->add_option("--repeat", ra.repeat, "Timed runs; median and min reported (default 10)")
-      ->check(CLI::PositiveNumber);
+  runc->add_option("--warmup", ra.warmup, "Untimed runs first (default 3)")->check(whole_number(0));
+  runc->add_option("--repeat", ra.repeat, "Timed runs; median and min reported (default 10)")->check(whole_number(1));
   runc->add_option("--dim", ra.dims, "Bind a symbolic dim for generated inputs, e.g. seq=384 (repeatable)")
       ->type_name("SYM=N");
   runc->add_option("--memory-budget", ra.memory_budget, "Bytes of weights + activations allowed (default 16 GiB)")
