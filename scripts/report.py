@@ -658,9 +658,16 @@ def render_markdown(run, charts, chart_note, models_dir=None):
            "every number comes from that run. Do not edit by hand: rerun `./scripts/bench.sh`.\n"]
     cap = run.ctx.get("opfuse_isa_cap")
     if cap:
+        # The CPU's own top level (opfuse_isa lists its features): a cap at that level is the
+        # CPU's native tier, not a lower one emulated by capping.
+        feats = run.ctx.get("opfuse_isa", "").split()
+        top = "avx512" if "avx512" in feats else "avx2" if "avx2" in feats else "sse2"
+        order = ["sse2", "avx2", "avx512"]
+        where = ("on a CPU that runs more" if cap in order and order.index(cap) < order.index(top) else
+                 f"which is this CPU's own top level (a real {isa_label(top)} CPU, not a capped one)")
         out.append(f"**ISA level {isa_label(cap)}** (`--isa {cap}`): opfuse's simd and fused kernels, oneDNN "
                    f"({run.ctx.get('onednn_isa', '?')}) and Eigen ({isa_label(run.ctx.get('eigen_isa', '?'))}) were "
-                   "all capped to it, on a CPU that runs more; every ratio compares kernels at that level, and "
+                   f"all capped to it, {where}; every ratio compares kernels at that level, and "
                    "% of roofline uses that level's peak. The whole models are in the native report only (their "
                    "peers, PyTorch and ONNX Runtime, have no such cap).\n")
     out += machine_section(run)
