@@ -663,7 +663,7 @@ def render_markdown(run, charts, chart_note, models_dir=None):
         feats = run.ctx.get("opfuse_isa", "").split()
         top = "avx512" if "avx512" in feats else "avx2" if "avx2" in feats else "sse2"
         order = ["sse2", "avx2", "avx512"]
-        where = ("on a CPU that runs more" if cap in order and order.index(cap) < order.index(top) else
+        where = ("on a CPU that runs more" if cap not in order or order.index(cap) < order.index(top) else
                  f"which is this CPU's own top level (a real {isa_label(top)} CPU, not a capped one)")
         out.append(f"**ISA level {isa_label(cap)}** (`--isa {cap}`): opfuse's simd and fused kernels, oneDNN "
                    f"({run.ctx.get('onednn_isa', '?')}) and Eigen ({isa_label(run.ctx.get('eigen_isa', '?'))}) were "

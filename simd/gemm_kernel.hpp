@@ -841,7 +841,7 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   if (g.nc_cap > 0) nc_max = std::min(nc_max, gemm_round_up(g.nc_cap, nr));
   const int64_t mc_max = std::min(bl.mc, gemm_round_up(M, mr));
   const int64_t b_block = gemm_round_up(ks * nc_max, 16), a_block = gemm_a_block<Arch>(M, ks);
-  const int64_t e_block = gemm_round_up(ks * nr, 16);
+  const int64_t p_block = gemm_round_up(ks * nr, 16);  // one B micro-panel (BPanels::direct, each)
   float* bbuf = ws;
   const int64_t npad = gemm_round_up(N, nr);
 
@@ -854,7 +854,7 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
   // One thread's share; `nt` is the team's real size (OpenMP may grant fewer than asked).
   auto body = [&](int id, int nt) {
     const auto [tm, tn] = thread_grid(M, N, nt);
-    float* abuf = ws + b_block + id * (a_block + e_block);
+    float* abuf = ws + b_block + id * (a_block + p_block);
     float* panel = abuf + a_block;
     const auto [i_begin, i_end] = split(M, tm, id / tn, mr);
     // B not packed as a block (BPanels): when every thread's rows fit in one L2-resident A

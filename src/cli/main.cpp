@@ -56,7 +56,7 @@ CLI::Validator whole_number(long min) {
           return "expected one whole number >= " + std::to_string(min) + ", got '" + v + "'";
         return {};
       },
-      min == 0 ? "INT>=0" : "INT>=" + std::to_string(min));
+      "INT>=" + std::to_string(min));
 }
 
 std::string join(const std::vector<std::string>& v, std::string_view sep) {
