@@ -1,4 +1,5 @@
-// opfuse - deep-learning inference operators in three stages: naive, simd, fused.
+/// @file
+/// opfuse - deep-learning inference operators in three stages: naive, simd, fused.
 #pragma once
 
 #include "opfuse/context.hpp"
