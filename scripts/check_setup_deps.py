@@ -119,7 +119,7 @@ def main():
     minimal = ["--minimal"] if a.minimal else []
     listed = run([os.path.join(src, "scripts", "setup.sh"), "--list", *minimal]).stdout.split()
     if a.minimal:
-        a.cmake_args = ["-DOPFUSE_BUILD_TOOLS=OFF", "-DOPFUSE_BUILD_TESTS=OFF", "-DOPFUSE_BUILD_BENCH=OFF",
+        a.cmake_args = ["-DOPFUSE_BUILD_TOOLS=OFF", "-DOPFUSE_BUILD_TESTS=OFF", "-DOPFUSE_BUILD_BENCH=OFF", "-DOPFUSE_BUILD_PYTHON=OFF",
                         *a.cmake_args]
     if not listed:
         print("check_setup_deps: scripts/setup.sh --list printed nothing", file=sys.stderr)

@@ -86,7 +86,7 @@ step() {
 
 step "minimal library build" \
   "./scripts/setup.sh --minimal && cmake -S . -B build-minimal -G Ninja -DCMAKE_BUILD_TYPE=Release \
-   -DOPFUSE_BUILD_TOOLS=OFF -DOPFUSE_BUILD_TESTS=OFF -DOPFUSE_BUILD_BENCH=OFF >/dev/null \
+   -DOPFUSE_BUILD_TOOLS=OFF -DOPFUSE_BUILD_TESTS=OFF -DOPFUSE_BUILD_BENCH=OFF -DOPFUSE_BUILD_PYTHON=OFF >/dev/null \
    && cmake --build build-minimal -j \$(nproc) && ls -l build-minimal/libopfuse.a"
 if [ "$full" -eq 1 ]; then
   step "main job: ./scripts/bench.sh" "./scripts/bench.sh"

@@ -4,7 +4,7 @@
 #
 #   scripts/setup.sh             everything: the library, the CLI, the tests, the benchmark, the report
 #   scripts/setup.sh --minimal   only what the library alone needs (-DOPFUSE_BUILD_TOOLS=OFF
-#                                -DOPFUSE_BUILD_TESTS=OFF -DOPFUSE_BUILD_BENCH=OFF)
+#                                -DOPFUSE_BUILD_TESTS=OFF -DOPFUSE_BUILD_BENCH=OFF -DOPFUSE_BUILD_PYTHON=OFF)
 #   scripts/setup.sh --list [--minimal]   print the package list, one a line, install nothing
 #
 # The lists below are the only place the project names its packages: scripts/fresh-check.sh
@@ -38,6 +38,10 @@ FULL=(
   python3-onnx                     # the PyTorch peer reads the model's weights from the ONNX file
   libopenblas0-openmp              # PyTorch's BLAS (Debian's default libblas3 is the reference one)
   graphviz                         # `opfuse run --dot` renders the fused graph to SVG with dot
+  pybind11-dev python3-dev         # the Python module (python/): pybind11 and Python's headers
+  python3-numpy python3-pytest     # its arrays and its tests
+  doxygen                          # the API documentation (docs/Doxyfile), built by the tests
+  pkg-config                       # the examples' build against the installed opfuse.pc
 )
 
 minimal=0
