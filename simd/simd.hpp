@@ -74,19 +74,54 @@ constexpr Isa isa_of() {
   extern template Status F::prepare<sse2>(sse2, const OpDesc&, const Context&, const Tensor* const*,     \
                                           std::shared_ptr<void>&)
 
+// ---- which ISAs this build compiled -------------------------------------------------------------
+// CMake's OPFUSE_SIMD_ISAS (all three by default) defines OPFUSE_BUILT_<isa> to 1 or 0 for every
+// target. A sanitizer or fuzzing build compiles one ISA only, since three ASan copies of every
+// kernel family cost most of its build time: the rows of the others drop out of the registry
+// (src/registry.cpp filters the table at compile time), and the adapters below compile to
+// nothing for them, so no reference to an instantiation that was not built remains.
+#ifndef OPFUSE_BUILT_avx512
+#define OPFUSE_BUILT_avx512 1
+#endif
+#ifndef OPFUSE_BUILT_avx2
+#define OPFUSE_BUILT_avx2 1
+#endif
+#ifndef OPFUSE_BUILT_sse2
+#define OPFUSE_BUILT_sse2 1
+#endif
+
+// Whether this build compiled the kernels of an architecture tag.
+template <class Arch>
+constexpr bool isa_built() {
+  if constexpr (std::is_same_v<Arch, avx512>)
+    return OPFUSE_BUILT_avx512 != 0;
+  else if constexpr (std::is_same_v<Arch, avx2>)
+    return OPFUSE_BUILT_avx2 != 0;
+  else
+    return OPFUSE_BUILT_sse2 != 0;
+}
+
 // ---- registry adapters ----------------------------------------------------------------------
+// For an ISA the build left out these are never called (its rows are not in the table); they
+// exist only so that the table's initializers compile unchanged.
 template <class F, class Arch>
 void run(const KernelArgs& args) {
-  F{}(Arch{}, args);
+  if constexpr (isa_built<Arch>()) F{}(Arch{}, args);
 }
 template <class F, class Arch>
 std::size_t workspace_of(const OpDesc& desc) {
-  return F::workspace(Arch{}, desc);
+  if constexpr (isa_built<Arch>())
+    return F::workspace(Arch{}, desc);
+  else
+    return 0;
 }
 template <class F, class Arch>
 Status prepare_of(const OpDesc& desc, const Context& ctx, const Tensor* const* constants,
                   std::shared_ptr<void>& state) {
-  return F::prepare(Arch{}, desc, ctx, constants, state);
+  if constexpr (isa_built<Arch>())
+    return F::prepare(Arch{}, desc, ctx, constants, state);
+  else
+    return Status(StatusCode::unsupported, "this build has no kernels of this ISA (OPFUSE_SIMD_ISAS)");
 }
 
 }  // namespace opfuse::simd

@@ -39,7 +39,8 @@ constexpr Impl N = Impl::naive;
   OPFUSE_ISA_ROWS(OPFUSE_ISA_ROW_PREPARED, op, Impl::fused, fused, base, "fused", F, summary, supports)
 
 // clang-format off
-const KernelDef kTable[] = {
+// Every row this source knows; kTable below keeps the ones whose ISA the build compiled.
+constexpr KernelDef kAll[] = {
   // op                      impl  name                          isa       summary
   {K::gemm,              N, "gemm__naive",              "scalar", "triple loop i-k-j over row-major (M,K)x(K,N); post-ops as separate passes", nullptr, nullptr, nullptr, naive::gemm},
   {K::conv2d,            N, "conv2d__naive",            "scalar", "direct 7-loop convolution, any layout/stride/dilation/groups; post-ops as separate passes", nullptr, naive::conv2d_workspace, nullptr, naive::conv2d},
@@ -81,6 +82,29 @@ const KernelDef kTable[] = {
 #include "fused/rows/norm.inc"
 };
 // clang-format on
+
+// A row whose ISA this build left out (OPFUSE_SIMD_ISAS; see simd/simd.hpp) is dropped here, at
+// compile time, so nothing else needs to know: selection, `opfuse ops`, the check and the tests
+// see the kernels that exist.
+constexpr bool row_built(const KernelDef& k) {
+  if (k.isa == "avx512") return OPFUSE_BUILT_avx512 != 0;
+  if (k.isa == "avx2") return OPFUSE_BUILT_avx2 != 0;
+  if (k.isa == "sse2") return OPFUSE_BUILT_sse2 != 0;
+  return true;
+}
+constexpr std::size_t built_rows() {
+  std::size_t n = 0;
+  for (const KernelDef& k : kAll) n += row_built(k) ? 1 : 0;
+  return n;
+}
+constexpr std::array<KernelDef, built_rows()> built_table() {
+  std::array<KernelDef, built_rows()> t{};
+  std::size_t i = 0;
+  for (const KernelDef& k : kAll)
+    if (row_built(k)) t[i++] = k;
+  return t;
+}
+constexpr auto kTable = built_table();
 }  // namespace
 
 std::span<const KernelDef> kernels() noexcept { return kTable; }
