@@ -25,8 +25,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "src/checked.hpp"
 
 namespace opfuse::runtime {
 namespace {
@@ -76,10 +79,9 @@ std::int64_t product(I64Span dims) {
 // The element count of `dims`, false when a dim is negative or the count overflows; capped so
 // that the byte size of an 8-byte element fits in int64 too.
 bool checked_count(I64Span dims, std::int64_t& n) {
-  n = 1;
-  for (const std::int64_t d : dims)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
-  return n <= kI64Max / 8;
+  const std::optional<std::int64_t> c = detail::checked_numel(dims);
+  n = c.value_or(0);
+  return c && n <= kI64Max / 8;
 }
 
 std::size_t elem_size(DType dtype) { return dtype == DType::f32 ? sizeof(float) : sizeof(std::int64_t); }
