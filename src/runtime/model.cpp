@@ -471,6 +471,7 @@ Result<Specialization*> Plan::Impl::specialize(std::span<const TensorRef> in) {
     if (v.kind == graph::ValueKind::intermediate && v.producer >= 0) v.has_shape = false;
   runtime::FoldOptions fo;
   fo.strict = true;
+  fo.memory_budget = options.memory_budget;  // a value over it fails here, naming its node
   if (Status s = runtime::infer_and_fold(g, fo); !s) return s;
   // Fuse, plan the layouts, and offer each fused node to the registry at the plan's stage; a
   // fused node only the naive kernel accepts is a fallback: its last fusion is refused for its

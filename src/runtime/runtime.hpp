@@ -57,6 +57,17 @@ Result<std::vector<std::int64_t>> static_dims(const graph::Value& v);
 struct FoldOptions {
   bool strict = false;                       // every value must get static dims
   std::uint64_t max_fold_bytes = 64u << 20;  // a larger constant result stays a node
+  // Strict mode: a value larger than this is out_of_memory, naming the node that makes it (the
+  // plan's memory budget; a load has none).
+  std::uint64_t memory_budget = UINT64_MAX;
+  // Folding runs at load time on a model from anywhere: a few bytes of ConstantOfShape or MatMul
+  // of constants must not cost gigabytes or minutes. A node whose fold would take more work
+  // (element operations, shapes.cpp's fold_work) stays a node; past the totals of one pass only
+  // small results (shape arithmetic) still fold. What stays a node runs with the plan, under
+  // its memory budget.
+  double max_fold_work = double(1 << 28);
+  std::uint64_t max_fold_total_bytes = 256u << 20;
+  double max_fold_total_work = double(1u << 30);
 };
 // Infers shapes in topological order and folds constants (see above). Strict mode fails on the
 // first node it cannot infer, naming it.

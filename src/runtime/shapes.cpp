@@ -14,10 +14,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "host_ops.hpp"
 #include "opfuse/primitive.hpp"
 #include "runtime.hpp"
+#include "src/checked.hpp"
 
 namespace opfuse::runtime {
 
@@ -84,8 +88,16 @@ void matmul_naive(const float* a, const std::vector<std::int64_t>& ad, const flo
   }
 }
 
-std::uint64_t bytes_of(const TensorInfo& t) {
-  return static_cast<std::uint64_t>(t.numel()) * (t.dtype == DType::f32 ? 4 : 8);
+// Bytes a folded result of `t` holds (i64 and boolean fold into i64 vectors); nullopt when the
+// dims overflow.
+std::optional<std::uint64_t> bytes_of(const TensorInfo& t) {
+  return detail::checked_bytes(t.dims, t.dtype == DType::f32 ? sizeof(float) : sizeof(std::int64_t));
+}
+
+double elements(const std::vector<std::int64_t>& dims) {
+  double n = 1;
+  for (std::int64_t d : dims) n *= static_cast<double>(d);
+  return n;
 }
 
 HostTensor host_view(const Value& v, const std::vector<std::int64_t>& dims) {
@@ -298,7 +310,41 @@ Status fold_node(Graph& g, int id, const std::vector<TensorInfo>& outs) {
   return Status::ok();
 }
 
-Result<Inferred> infer_node(Graph& g, int id, const FoldOptions& opt) {
+// The work of folding node n, in element operations (in doubles: an estimate that cannot
+// overflow): every element read and written, plus the arithmetic of the ops whose cost is not
+// proportional to their data (matmul, convolutions, pools; registry ops by their modeled flops).
+double fold_work(const Node& n, const std::vector<TensorInfo>& in, const std::vector<TensorInfo>& out,
+                 const OpDesc* desc) {
+  double work = 0;
+  for (const TensorInfo& t : in) work += elements(t.dims);
+  for (const TensorInfo& t : out) work += elements(t.dims);
+  const double y = out.empty() ? 0 : elements(out[0].dims);
+  if (desc) {
+    work += op_cost(*desc).flops;
+  } else if (n.op == NodeOp::matmul && in.size() == 2 && !in[0].dims.empty()) {
+    work += 2 * y * static_cast<double>(in[0].dims.back());  // each of y's elements is a K-long dot
+  } else if (n.op == NodeOp::conv_nd && in.size() >= 2 && in[1].dims.size() >= 2) {
+    // w is (K, C/group, k1..kk): each output element reads C/group * k1 * ... * kk taps.
+    work += 2 * y * elements(std::vector<std::int64_t>(in[1].dims.begin() + 1, in[1].dims.end()));
+  } else if (n.op == NodeOp::pool_nd) {
+    const auto* ks = n.attr<std::vector<std::int64_t>>("kernel_shape");
+    work += y * (ks ? elements(*ks) : 1.0);
+  }
+  return work;
+}
+
+// What one infer_and_fold pass has folded so far, against FoldOptions' totals.
+struct FoldBudget {
+  std::uint64_t bytes = 0;
+  double work = 0;
+};
+
+// Results this small fold whatever the totals: they are shape arithmetic, which the plan needs
+// as constants.
+constexpr std::uint64_t kSmallFoldBytes = 64u << 10;
+constexpr double kSmallFoldWork = 64.0 * 1024;
+
+Result<Inferred> infer_node(Graph& g, int id, const FoldOptions& opt, FoldBudget& budget) {
   const Node& n = g.node(id);
   std::vector<TensorInfo> infos(n.inputs.size());
   std::vector<std::vector<std::int64_t>> dims(n.inputs.size());
@@ -325,9 +371,11 @@ Result<Inferred> infer_node(Graph& g, int id, const FoldOptions& opt) {
     }
   }
   std::vector<TensorInfo> outs;
+  std::optional<OpDesc> reg_desc;
   if (runs_on_registry(g, n)) {
     auto desc = registry_desc(g, n);
     if (!desc) return desc.status();
+    reg_desc = *desc;
     auto od = infer_outputs(*desc);
     if (!od) return node_error(n, od.status().code(), od.status().message());
     for (const TensorDesc& t : *od) outs.push_back(TensorInfo{DType::f32, from_registry(g, n, t.shape)});
@@ -353,15 +401,40 @@ Result<Inferred> infer_node(Graph& g, int id, const FoldOptions& opt) {
   if (outs.size() != n.outputs.size())
     return node_error(n, StatusCode::invalid_argument,
                       fmt::format("has {} outputs, its op gives {}", n.outputs.size(), outs.size()));
+  // Every output's size, before anything is allocated for it: dims whose byte size overflows
+  // are invalid whatever the budget, and a plan may not hold a value over its memory budget.
+  std::uint64_t bytes = 0;
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    const std::string& name = g.value(n.outputs[o]).name;
+    const std::optional<std::uint64_t> b = bytes_of(outs[o]);
+    if (!b)
+      return node_error(
+          n, StatusCode::invalid_argument,
+          fmt::format("output '{}' has dims {} whose byte size overflows", name, fmt::join(outs[o].dims, "x")));
+    if (opt.strict && *b > opt.memory_budget)
+      return node_error(n, StatusCode::out_of_memory,
+                        fmt::format("output '{}' of dims {} needs {} bytes, over the memory budget of {} bytes", name,
+                                    fmt::join(outs[o].dims, "x"), *b, opt.memory_budget));
+    bytes = detail::saturating_add(bytes, *b);
+  }
   for (std::size_t o = 0; o < outs.size(); ++o) {
     Value& v = g.value(n.outputs[o]);
     v.dtype = outs[o].dtype;
     v.dims = to_dims(outs[o].dims);
     v.has_shape = true;
   }
-  std::uint64_t bytes = 0;
-  for (const TensorInfo& t : outs) bytes += bytes_of(t);
-  const bool foldable = (all_const && !n.inputs.empty() && bytes <= opt.max_fold_bytes) || n.op == NodeOp::shape;
+  bool foldable = n.op == NodeOp::shape;  // Shape reads dims only: always a constant
+  if (!foldable && all_const && !n.inputs.empty() && bytes <= opt.max_fold_bytes) {
+    const double work = fold_work(n, infos, outs, reg_desc ? &*reg_desc : nullptr);
+    const bool small = bytes <= kSmallFoldBytes && work <= kSmallFoldWork;
+    foldable = work <= opt.max_fold_work &&
+               (small || (detail::saturating_add(budget.bytes, bytes) <= opt.max_fold_total_bytes &&
+                          budget.work + work <= opt.max_fold_total_work));
+    if (foldable) {
+      budget.bytes = detail::saturating_add(budget.bytes, bytes);
+      budget.work += work;
+    }
+  }
   if (foldable && n.op != NodeOp::layout_convert)
     if (Status s = fold_node(g, id, outs); !s) return s;
   return Inferred::done;
@@ -373,8 +446,9 @@ Status infer_and_fold(Graph& g, const FoldOptions& options) {
   try {
     auto order = topological_order(g);
     if (!order) return order.status();
+    FoldBudget budget;
     for (int id : *order) {
-      auto r = infer_node(g, id, options);
+      auto r = infer_node(g, id, options, budget);
       if (!r) return r.status();
     }
     remove_dead_nodes(g);
