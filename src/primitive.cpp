@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "opfuse/primitive.hpp"
+#include "src/checked.hpp"
 
 namespace opfuse {
 
@@ -126,8 +127,25 @@ Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, co
     impl->kernel = &kernel;
     impl->outputs = std::move(*outs);
     impl->threads = resolve_threads(ctx.threads);
+    // The memory budget, before anything is allocated: the workspace prepare allocates and the
+    // packed copies of the bound constants (a kernel's prepare step keeps about their size).
+    const std::size_t ws_floats = kernel.workspace ? kernel.workspace(desc) : 0;
+    std::uint64_t need =
+        ctx.own_workspace
+            ? detail::checked_mul(std::uint64_t{ws_floats}, std::uint64_t{sizeof(float)}).value_or(UINT64_MAX)
+            : 0;
+    if (kernel.prepare)
+      for (const Tensor* c : constants)
+        if (c) need = detail::saturating_add(need, static_cast<std::uint64_t>(c->bytes()));
+    if (need > ctx.memory_budget)
+      return op_error(
+          StatusCode::out_of_memory, desc,
+          fmt::format("kernel {} needs {} bytes at prepare ({} floats of workspace{}), over the context's "
+                      "memory budget of {} bytes",
+                      kernel.name, need, ctx.own_workspace ? ws_floats : 0,
+                      kernel.prepare && !constants.empty() ? " and the bound constants" : "", ctx.memory_budget));
     if (kernel.workspace) {
-      const std::size_t floats = kernel.workspace(desc);
+      const std::size_t floats = ws_floats;
       impl->workspace_floats = floats;
       if (floats > 0 && ctx.own_workspace) {
         if (floats > (SIZE_MAX - kAlignment) / sizeof(float))

@@ -73,6 +73,12 @@ struct Context {
   /// Kernels never to select, by name ("inverted_residual__fused_avx512"): for A/B runs, for
   /// working around a kernel, and for testing what happens when one declines.
   std::vector<std::string> excluded_kernels{};
+  /// Bytes prepare may allocate for one primitive, checked before it allocates anything: the
+  /// kernel workspace (when own_workspace) plus, for a kernel with a prepare step, the bound
+  /// constants it packs (counted at their own size). Over it prepare returns out_of_memory
+  /// naming the op, the bytes and the budget. The default is CompileOptions::memory_budget's;
+  /// UINT64_MAX means no limit.
+  std::uint64_t memory_budget = 16ull << 30;
 };
 
 /// The ISA level kernels may use under a context.

@@ -84,7 +84,8 @@ class Primitive {
 /// @param constants Empty, or one entry per input: the tensors bound now (weights), nullptr
 /// for the ones given at execute.
 /// @return The primitive; invalid_argument for a bad desc, unsupported when no kernel
-/// accepts it, out_of_memory.
+/// accepts it, out_of_memory when its workspace and packed constants exceed ctx.memory_budget
+/// (checked before allocating) or an allocation fails.
 Result<Primitive> prepare(const OpDesc& desc, const Context& ctx = {},
                           std::span<const Tensor* const> constants = {}) noexcept;
 /// Prepares one specific kernel (used by check and bench).
@@ -92,7 +93,8 @@ Result<Primitive> prepare(const OpDesc& desc, const Context& ctx = {},
 /// @param kernel The registry kernel to use.
 /// @param ctx The threads and ISA cap.
 /// @param constants As for prepare().
-/// @return The primitive; unsupported if the kernel declines or needs a higher ISA.
+/// @return The primitive; unsupported if the kernel declines or needs a higher ISA,
+/// out_of_memory as for prepare().
 Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, const Context& ctx = {},
                                  std::span<const Tensor* const> constants = {}) noexcept;
 /// The kernel prepare() would pick.

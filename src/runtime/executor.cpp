@@ -275,6 +275,7 @@ Status Specialization::build_steps(const CompileOptions& options) {
   ctx.max_isa = options.max_isa;
   ctx.own_workspace = false;  // the steps run one at a time: they share one workspace
   ctx.excluded_kernels = options.excluded_kernels;
+  ctx.memory_budget = options.memory_budget;  // packed weights count against the plan's budget
   auto view = [&](int v, const TensorDesc& d, bool writable, std::int64_t offset = 0) -> Result<const Tensor*> {
     void* p = data_[static_cast<std::size_t>(v)];
     if (!p) return Status(StatusCode::internal, fmt::format("value '{}' has no storage", g.value(v).name));
