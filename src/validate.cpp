@@ -202,7 +202,9 @@ Status check_window(const OpDesc& d, const char* axis, std::int64_t k, std::int6
   // Keep every index computation far from overflow: windows are tiny in practice.
   constexpr std::int64_t kLimit = std::int64_t{1} << 24;
   if (k > kLimit || stride > kLimit || dil > kLimit || pad_lo > kLimit || pad_hi > kLimit)
-    return bad(d, fmt::format("{}window parameters along {} exceed {}", what, axis, kLimit));
+    return bad(d, fmt::format("{}window parameters along {} exceed {}: kernel {}, stride {}, dilation {}, padding "
+                              "({}, {})",
+                              what, axis, kLimit, k, stride, dil, pad_lo, pad_hi));
   return Status::ok();
 }
 

@@ -222,7 +222,12 @@ struct ValueType {
   std::optional<Dims> dims;
 };
 
-Result<ValueType> value_type(const pb::ValueInfoProto& vi, const std::string& what) {
+// `annotation`: the entry only annotates a value a node produces (value_info and graph outputs,
+// much of it written by ONNX's shape inference, and re-derived by opfuse anyway). A negative dim
+// there means the producing node is invalid - ONNX's inference writes what a kernel larger than
+// its input gives - so the dims are dropped and opfuse's own shape checks, which name the node
+// and the parameter, refuse it.
+Result<ValueType> value_type(const pb::ValueInfoProto& vi, const std::string& what, bool annotation = false) {
   ValueType t;
   if (!vi.has_type() || vi.type().value_case() == pb::TypeProto::VALUE_NOT_SET) return t;
   const pb::TypeProto& tp = vi.type();
@@ -243,6 +248,7 @@ Result<ValueType> value_type(const pb::ValueInfoProto& vi, const std::string& wh
     for (int i = 0; i < tt.shape().dim_size(); ++i) {
       const pb::TensorShapeProto::Dimension& d = tt.shape().dim(i);
       if (d.has_dim_value()) {
+        if (d.dim_value() < 0 && annotation) return t;  // dims unknown; see above
         if (d.dim_value() < 0) return invalid(fmt::format("{} has negative dim {} (dim {})", what, d.dim_value(), i));
         dims.emplace_back(d.dim_value());
       } else {
@@ -466,7 +472,7 @@ std::string Importer::fresh_node_name(const std::string& base) {
 Result<int> Importer::make_value(const std::string& name, DType fallback) {
   ValueType t;
   if (const auto it = info_.find(name); it != info_.end()) {
-    ASSIGN_OR_RETURN(t, value_type(*it->second, fmt::format("value '{}'", name)));
+    ASSIGN_OR_RETURN(t, value_type(*it->second, fmt::format("value '{}'", name), true));
   }
   Result<int> id = g_.add_value(name, t.dtype.value_or(fallback), std::move(t.dims));
   return id ? id : from_graph(id.status());
@@ -1477,8 +1483,10 @@ Result<graph::Graph> Importer::run() {
   std::vector<int> outputs;
   for (const pb::ValueInfoProto& vi : gp.output()) {
     if (vi.name().empty()) return invalid("a graph output has no name");
-    ASSIGN_OR_RETURN(const ValueType t, value_type(vi, fmt::format("graph output '{}'", vi.name())));
-    (void)t;  // checked for its element type; the value already carries its dims
+    // Checked for its element type. Its dims annotate the value like value_info does (ONNX's
+    // inference writes an invalid node's negative dims here too), and opfuse derives its own.
+    ASSIGN_OR_RETURN(const ValueType t, value_type(vi, fmt::format("graph output '{}'", vi.name()), true));
+    (void)t;
     ASSIGN_OR_RETURN(const int id, use(vi.name()));
     outputs.push_back(id);
   }
