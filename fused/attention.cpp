@@ -429,6 +429,7 @@ void Attention::operator()(Arch, const KernelArgs& args) const {
   }
 #pragma omp parallel num_threads(threads)
   {
+    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
     const int tid = omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) run_item(tid, it);

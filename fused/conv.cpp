@@ -278,6 +278,7 @@ void direct_run(const simd::DirectPlan<Arch>& pl, const float* xp, const float* 
   }
 #pragma omp parallel num_threads(t)
   {
+    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
     const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
     const simd::DirectShare s = simd::direct_share(pl, id, nt);
     if (s.b < s.e) work(s.b, s.e, tiles ? tiles + id * st->ytile_floats : nullptr, s.fb0, s.fb1);

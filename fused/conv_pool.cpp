@@ -403,6 +403,7 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
   }
 #pragma omp parallel num_threads(t)
   {
+    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
     const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
     const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
     if (b < e) work(b, e, st.scratch.get() + id * st.per_thread);

@@ -25,6 +25,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "simd/simd.hpp"
+#include "src/denormal.hpp"
 
 #define OPFUSE_SIMD_CAT2(a, b) a##b
 #define OPFUSE_SIMD_CAT(a, b) OPFUSE_SIMD_CAT2(a, b)
@@ -47,7 +48,8 @@ inline int team_size(int requested) {
 // Runs fn(thread_index, begin, end) over [0, n) split into contiguous chunks, one per thread
 // (at most `threads`, one inside a caller's parallel region). Chunks are rounded to `grain`
 // elements so that threads do not share cache lines at the seams; the thread index selects
-// per-thread scratch.
+// per-thread scratch. Every thread of a team runs fn under the flush-to-zero policy and gets its
+// own MXCSR back after (src/denormal.hpp); so does every hand-written `omp parallel` region.
 template <class Fn>
 void parallel_tid(std::int64_t n, int threads, std::int64_t grain, Fn&& fn) {
   const int t = team_size(threads);
@@ -57,6 +59,7 @@ void parallel_tid(std::int64_t n, int threads, std::int64_t grain, Fn&& fn) {
   }
 #pragma omp parallel num_threads(t)
   {
+    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
     const std::int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
     std::int64_t chunk = (n + nt - 1) / nt;
     chunk = (chunk + grain - 1) / grain * grain;

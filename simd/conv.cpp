@@ -321,6 +321,7 @@ void direct_run(const DirectPlan<Arch>& pl, const float* xp, const float* wp, co
   }
 #pragma omp parallel num_threads(t)
   {
+    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
     const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
     const DirectShare s = direct_share(pl, id, nt);
     if (s.b < s.e) work(s.b, s.e, tiles ? tiles + id * st->ytile_floats : nullptr, s.fb0, s.fb1);

@@ -800,7 +800,10 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
     return;
   }
 #pragma omp parallel num_threads(t)
-  body(omp_get_thread_num(), omp_get_num_threads());
+  {
+    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
+    body(omp_get_thread_num(), omp_get_num_threads());
+  }
 }
 
 // C = alpha * op(A) op(B) + beta * C + bias, then epi. The BLIS loop nest:
@@ -930,7 +933,10 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
     return;
   }
 #pragma omp parallel num_threads(t)
-  body(omp_get_thread_num(), omp_get_num_threads());
+  {
+    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
+    body(omp_get_thread_num(), omp_get_num_threads());
+  }
 }
 
 }  // namespace OPFUSE_SIMD_NS

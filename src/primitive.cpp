@@ -10,6 +10,7 @@
 
 #include "opfuse/primitive.hpp"
 #include "src/checked.hpp"
+#include "src/denormal.hpp"
 
 namespace opfuse {
 
@@ -291,6 +292,8 @@ Status Primitive::execute(std::span<const Tensor* const> in, std::span<const Ten
       return op_error(StatusCode::invalid_argument, d, "the workspace given to execute is not 64-byte aligned");
     args.state = im.state.get();
     args.threads = im.threads;
+    // The flush-to-zero policy for this thread, restored on return (src/denormal.hpp).
+    const detail::DenormalGuard denormals;
     im.kernel->execute(args);
     return Status::ok();
   } catch (const std::bad_alloc&) {

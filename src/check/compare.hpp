@@ -3,8 +3,9 @@
 //   pass  iff  |out - ref| <= atol + rtol * |ref|   for every element,
 //
 // NaN in the reference needs NaN in the output (and the other way round), +-Inf must match
-// exactly, and an all-zero reference is a broken case, never a pass. tolerance() holds every
-// op's thresholds, each explained and scaled with the op's reduction length (compare.cpp).
+// exactly, a denormal equals zero (the flush-to-zero policy, src/denormal.hpp), and an all-zero
+// reference is a broken case, never a pass. tolerance() holds every op's thresholds, each
+// explained and scaled with the op's reduction length (compare.cpp).
 // compare.cpp is compiled into the core library: `opfuse check` (check.hpp) and the runtime's
 // --verify-fusion share it, and the library alone needs none of the check engine's
 // dependencies.
