@@ -6,7 +6,11 @@
 //   y[n][k][p][q] = bias[k] + sum over c in k's group, r < R, s < S of
 //                   x[n][c][p*stride_h - pad_top + r*dilation_h][q*stride_w - pad_left + s*dilation_w]
 //                   * w[k][c - first channel of the group][r][s]
-// with window positions that fall into the padding contributing zero. Groups split the C input
+// with window positions that fall into the padding reading an input of zero (ONNX's definition:
+// the input is padded with zeros, then convolved). That zero is multiplied in like any other
+// input, so 0 * w adds nothing for a finite weight and NaN for a NaN or Inf weight: a non-finite
+// weight of output channel k reaches every output of channel k whose window holds that tap,
+// padding or not, and every stage computes it that way (tests/test_numerics.cpp). Groups split the C input
 // and K output channels into `groups` independent slices (depthwise: groups == C == K, one input
 // channel per output channel). The naive kernel is the direct seven-loop nest, one output element
 // at a time, reading every tensor through its logical strides so NCHW and NHWC activations and
@@ -60,11 +64,12 @@ void conv2d_pass(const Tensor& x, const Tensor& w, const Tensor* bias, const Ten
           for (std::int64_t c = 0; c < Cg; ++c) {
             for (std::int64_t r = 0; r < R; ++r) {
               const std::int64_t ih = ih0 + r * p.dilation_h;
-              if (ih < 0 || ih >= H) continue;  // padding row: contributes zero
               for (std::int64_t s = 0; s < S; ++s) {
                 const std::int64_t iw = iw0 + s * p.dilation_w;
-                if (iw < 0 || iw >= W) continue;  // padding column
-                const float xv = xp[n * xs[0] + (c0 + c) * xs[1] + ih * xs[2] + iw * xs[3]];
+                // A padding position is an input of value 0, multiplied in like any other: a
+                // finite weight adds nothing, a NaN or Inf weight makes the output NaN.
+                const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                const float xv = inside ? xp[n * xs[0] + (c0 + c) * xs[1] + ih * xs[2] + iw * xs[3]] : 0.f;
                 const float wv = wp[k * ws[0] + c * ws[1] + r * ws[2] + s * ws[3]];
                 acc += xv * wv;
               }

@@ -638,9 +638,21 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
 // chain; the identity for the simd stage, which runs row_done(pix0, y_row) once an output row's
 // pixels, from pixel index pix0 on, are all stored). w: the taps packed [R][S][C]; bias may be null.
 
+// The taps of a window that fall into the padding, [0, R) x [0, S) minus [r0, r1) x [s0, s1):
+// f(r, s) for each. They read an input of 0 (naive/conv.cpp), so a border pixel adds 0 * w for
+// each of them: nothing for finite weights, NaN for a NaN or Inf weight, as naive does.
+template <class F>
+inline void dw_padding_taps(i64 R, i64 S, i64 r0, i64 r1, i64 s0, i64 s1, F&& f) {
+  if (r1 - r0 == R && s1 - s0 == S) return;
+  for (i64 r = 0; r < R; ++r)
+    for (i64 s = 0; s < S; ++s)
+      if (r < r0 || r >= r1 || s < s0 || s >= s1) f(r, s);
+}
+
 template <class Arch, int NV, class Epi>
 inline void dw_nhwc_vectors(const float* x, i64 x0, const float* w, const float* bi, float* dst, const Epi& epi,
-                            i64 pix, i64 c, i64 r0, i64 r1, i64 s0, i64 s1, i64 xr, i64 xs, i64 wr, i64 ws) {
+                            i64 pix, i64 c, i64 r0, i64 r1, i64 s0, i64 s1, i64 xr, i64 xs, i64 wr, i64 ws, i64 R,
+                            i64 S) {
   using B = fbatch<Arch>;
   constexpr i64 W = B::size;
   B acc[NV];
@@ -652,6 +664,10 @@ inline void dw_nhwc_vectors(const float* x, i64 x0, const float* w, const float*
       for (int v = 0; v < NV; ++v)
         acc[v] = xsimd::fma(B::load_unaligned(xt + v * W), B::load_unaligned(wt + v * W), acc[v]);
     }
+  dw_padding_taps(R, S, r0, r1, s0, s1, [&](i64 r, i64 s) {
+    const float* wt = w + r * wr + s * ws;
+    for (int v = 0; v < NV; ++v) acc[v] = xsimd::fma(B(0.f), B::load_unaligned(wt + v * W), acc[v]);
+  });
   for (int v = 0; v < NV; ++v) epi(acc[v], pix, c + v * W, W).store_unaligned(dst + v * W);
 }
 
@@ -701,6 +717,11 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
             for (i64 l = 0; l < cnt; ++l) xa[l] = xt[l], wa[l] = wt[l];
             acc = xsimd::fma(B::load_aligned(xa), B::load_aligned(wa), acc);
           }
+        dw_padding_taps(R, S, r0, r1, s0, s1, [&](i64 r, i64 s) {
+          const float* wt = w + r * wr + s * C + c;
+          for (i64 l = 0; l < cnt; ++l) wa[l] = wt[l];
+          acc = xsimd::fma(B(0.f), B::load_aligned(wa), acc);
+        });
         epi(acc, pix, c, cnt).store_aligned(t);
         for (i64 l = 0; l < cnt; ++l) y[pix * C + c + l] = t[l];
       };
@@ -720,9 +741,9 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
           const i64 nv = nvec * (k + 1) / nchunk - nvec * k / nchunk;
           const float* bc = bias ? bias + c : nullptr;
           switch (nv) {
-#define OPFUSE_DW_NHWC(NV)                                                                                \
-  case NV:                                                                                                \
-    dw_nhwc_vectors<Arch, NV>(x + c, x0, w + c, bc, dst + c, epi, pix, c, r0, r1, s0, s1, xr, xs, wr, C); \
+#define OPFUSE_DW_NHWC(NV)                                                                                      \
+  case NV:                                                                                                      \
+    dw_nhwc_vectors<Arch, NV>(x + c, x0, w + c, bc, dst + c, epi, pix, c, r0, r1, s0, s1, xr, xs, wr, C, R, S); \
     break;
             OPFUSE_DW_NHWC(1)
             OPFUSE_DW_NHWC(2)
