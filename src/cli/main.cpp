@@ -7,6 +7,8 @@
 //   opfuse run MODEL [...]              a whole model (run_model.cpp)
 //   opfuse export NAME FILE             a built-in model as an ONNX file
 //   opfuse fusions [--json]             the graph fusions and their levels
+//   opfuse denormals [--stage S] [--op NAME] [--json FILE]
+//                                       denormal vs normal inputs per kernel, FTZ off and on
 //   opfuse --version | --help
 //
 // Exit codes: 0 success, 1 a check failed, 2 bad usage (unknown op, stage or option); `run`
@@ -28,6 +30,7 @@
 #include "opfuse/opfuse.hpp"
 #include "peers/peers.hpp"
 #include "run_model.hpp"
+#include "src/cli/denormals.hpp"
 
 #ifndef OPFUSE_VERSION
 #define OPFUSE_VERSION "0.1.0"
@@ -333,6 +336,18 @@ int run(int argc, char** argv) {
   exportc->add_option("name", export_name, "resnet50, mobilenet_v2 or bert_layer")->required();
   exportc->add_option("file", export_file, "Output .onnx path")->required();
 
+  opfuse::cli::DenormalArgs da;
+  CLI::App* denormalsc = app.add_subcommand(
+      "denormals", "Time every kernel on normal vs denormal inputs, with IEEE denormals and with FTZ+DAZ");
+  denormalsc->add_option("--stage", da.stages, "Only this stage: naive, simd, fused (repeatable; default all)");
+  denormalsc->add_option("--op", da.op, "Only this op (e.g. conv2d)");
+  denormalsc->add_option("--threads", da.threads, "Kernel threads (0 = all cores)")->check(whole_number(0));
+  denormalsc->add_option("--repeats", da.repeats, "Timed samples per measurement; the median is reported (default 9)")
+      ->check(whole_number(1));
+  denormalsc->add_option("--json", da.json_file, "Also write the table as JSON")->type_name("FILE");
+  denormalsc->add_option("--max-ratio", da.max_ratio, "Exit 1 if a kernel's FTZ+DAZ ratio is above this")
+      ->type_name("X");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -351,6 +366,7 @@ int run(int argc, char** argv) {
   if (runc->parsed()) return opfuse::cli::cmd_run(ra);
   if (exportc->parsed()) return opfuse::cli::cmd_export(export_name, export_file);
   if (fusionsc->parsed()) return opfuse::cli::cmd_fusions(fusions_json);
+  if (denormalsc->parsed()) return opfuse::cli::cmd_denormals(da);
   return usage_error("no command given (try --help)");
 }
 
