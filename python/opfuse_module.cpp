@@ -19,10 +19,12 @@
 //   and written by the plan directly (the MutableTensorRef overload of run), so no extra copy.
 // - the GIL is released while a plan or a kernel runs (and while a model loads and compiles),
 //   so other Python threads go on; the arrays are kept alive by references held here.
-// - a Plan runs one inference at a time (model.hpp), so each Session has a mutex: concurrent
-//   run() calls from Python threads on one Session are serialized, never interleaved. The mutex
-//   is only ever taken with the GIL released, so a thread that holds it can always get the GIL
-//   back (no lock-order deadlock between the two).
+// - a Plan is thread-safe (model.hpp), so a Session holds no lock of its own: run() calls from
+//   several Python threads on one Session compute in parallel (the GIL is released while the
+//   plan runs), each in its own arena. What the Session itself keeps between calls
+//   (converted_inputs) is read and written only with the GIL held. The plan's internal lock is
+//   held only for a cache lookup and never waits for the GIL, so taking it with the GIL held
+//   (the queries) cannot deadlock.
 // - errors: a Status that is not ok raises opfuse.Error carrying its message, as the subclass
 //   for its code (InvalidArgumentError is also a ValueError, UnsupportedError a
 //   NotImplementedError, OutOfMemoryError a MemoryError, InternalError a RuntimeError), with
@@ -36,7 +38,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -347,8 +348,7 @@ class Session {
       keep.push_back(std::move(a));
     }
 
-    auto lock = lock_plan();
-    last_converted_ = converted;
+    last_converted_ = converted;  // with the GIL held: the last run() on any thread names them
     std::optional<Result<std::vector<ValueInfo>>> infos;
     {
       py::gil_scoped_release nogil;
@@ -399,32 +399,21 @@ class Session {
     return result;
   }
 
-  // A query of the plan, under the session's lock.
+  // A query of the plan (thread-safe: it describes the specialization the latest run used).
   template <class F>
   auto query(F f) {
-    auto lock = lock_plan();
     return f(*plan_);
   }
 
-  std::vector<std::string> converted_inputs() {
-    auto lock = lock_plan();
-    return last_converted_;
-  }
+  std::vector<std::string> converted_inputs() { return last_converted_; }
 
   const Model& model() const { return *model_; }
-  const Plan& plan_unlocked() const { return *plan_; }
+  const Plan& plan() const { return *plan_; }
   const std::string& description() const { return description_; }
 
  private:
-  // Takes the session mutex with the GIL released (see the file comment), returns with both.
-  std::unique_lock<std::mutex> lock_plan() {
-    py::gil_scoped_release nogil;
-    return std::unique_lock<std::mutex>(mu_);
-  }
-
   std::optional<Model> model_;
   std::optional<Plan> plan_;
-  std::mutex mu_;
   std::vector<std::string> last_converted_;
   std::string description_;
 };
@@ -1086,11 +1075,10 @@ PYBIND11_MODULE(opfuse, m) {
       .def_property_readonly("converted_inputs", &Session::converted_inputs,
                              "Names of the inputs the last run() converted (a copy: another dtype, or not "
                              "C-contiguous) instead of passing their buffer as it is.")
-      .def_property_readonly("stage",
-                             [](Session& s) { return std::string(stage_name(s.plan_unlocked().options().stage)); })
-      .def_property_readonly(
-          "fusion", [](Session& s) { return std::string(fusion_level_name(s.plan_unlocked().options().fusion)); })
-      .def_property_readonly("threads", [](Session& s) { return s.plan_unlocked().options().threads; })
+      .def_property_readonly("stage", [](Session& s) { return std::string(stage_name(s.plan().options().stage)); })
+      .def_property_readonly("fusion",
+                             [](Session& s) { return std::string(fusion_level_name(s.plan().options().fusion)); })
+      .def_property_readonly("threads", [](Session& s) { return s.plan().options().threads; })
       .def_property_readonly(
           "metadata", [](Session& s) { return s.model().metadata(); },
           "The model file's metadata_props (built-ins set 'opfuse.default_dims').")
@@ -1139,9 +1127,8 @@ PYBIND11_MODULE(opfuse, m) {
           },
           "The fused graph as a serialized ONNX model (bytes).")
       .def("__repr__", [](Session& s) {
-        return "<opfuse.Session " + s.description() +
-               " stage=" + std::string(stage_name(s.plan_unlocked().options().stage)) +
-               " fusion=" + std::string(fusion_level_name(s.plan_unlocked().options().fusion)) + ">";
+        return "<opfuse.Session " + s.description() + " stage=" + std::string(stage_name(s.plan().options().stage)) +
+               " fusion=" + std::string(fusion_level_name(s.plan().options().fusion)) + ">";
       });
 
   py::module_ ops = m.def_submodule(

@@ -7,9 +7,10 @@
 // declaration, symbolic dims agreeing across inputs, the memory budget - is Plan's, and its
 // messages pass through with the function's name in front.
 //
-// A session keeps the TensorRef / MutableTensorRef vectors it hands to Plan::run between calls:
-// their strings and dims vectors keep their capacity, so once a set of input dims is planned a run
-// allocates nothing here either.
+// The TensorRef / MutableTensorRef vectors handed to Plan::run are kept per thread between calls
+// (thread_local, not per session, since Plan::run may run on one session from several threads at
+// once): their strings and dims vectors keep their capacity, so once a set of input dims is
+// planned a thread's run allocates nothing here either. A session holds nothing a call writes.
 #include "opfuse/opfuse.h"
 
 #include <fmt/format.h>
@@ -39,9 +40,7 @@ struct opfuse_model {
 
 struct opfuse_session {
   opfuse::Model model;  // a shared handle to the loaded graph: the queries read its declarations
-  opfuse::Plan plan;
-  std::vector<opfuse::TensorRef> inputs;  // scratch reused by every run
-  std::vector<opfuse::MutableTensorRef> outputs;
+  opfuse::Plan plan;    // thread-safe (opfuse/model.hpp)
 };
 
 namespace {
@@ -82,6 +81,10 @@ constexpr std::size_t kTensorMinSize = sizeof(opfuse_tensor);
 
 thread_local std::string t_message;
 thread_local const char* t_last = "";
+
+// The refs a call hands to Plan::run or output_infos, reused by the calling thread's next call.
+thread_local std::vector<opfuse::TensorRef> t_inputs;
+thread_local std::vector<opfuse::MutableTensorRef> t_outputs;
 
 opfuse_status fail(opfuse_status code, std::string_view fn, std::string_view message) noexcept {
   try {
@@ -488,7 +491,7 @@ opfuse_status opfuse_session_create(const opfuse_model* model, const opfuse_sess
     co.memory_budget = o.memory_budget;
     auto plan = opfuse::Plan::compile(model->model, co);
     if (!plan) return fail(fn, plan.status());
-    *out = new opfuse_session{model->model, std::move(*plan), {}, {}};
+    *out = new opfuse_session{model->model, std::move(*plan)};
     return OPFUSE_OK;
   });
 }
@@ -562,10 +565,10 @@ opfuse_status opfuse_session_resolve_output_dims(opfuse_session* session, const 
     if (!session) return fail(OPFUSE_INVALID_ARGUMENT, fn, "session is NULL");
     if (!rank) return fail(OPFUSE_INVALID_ARGUMENT, fn, "rank is NULL");
     if (!value_at(fn, session, Side::output, output_index)) return OPFUSE_INVALID_ARGUMENT;
-    if (opfuse_status s = read_tensors<opfuse::TensorRef, const void*>(fn, session, Side::input, inputs, n_inputs,
-                                                                       false, session->inputs))
+    if (opfuse_status s =
+            read_tensors<opfuse::TensorRef, const void*>(fn, session, Side::input, inputs, n_inputs, false, t_inputs))
       return s;
-    auto infos = session->plan.output_infos(session->inputs);
+    auto infos = session->plan.output_infos(t_inputs);
     if (!infos) return fail(fn, infos.status());
     return copy_dims(fn, (*infos)[output_index].dims, dims, capacity, rank);
   });
@@ -576,14 +579,14 @@ opfuse_status opfuse_session_run(opfuse_session* session, const opfuse_tensor* i
   const char* fn = "opfuse_session_run";
   return guard_status(fn, [&] {
     if (!session) return fail(OPFUSE_INVALID_ARGUMENT, fn, "session is NULL");
-    if (opfuse_status s = read_tensors<opfuse::TensorRef, const void*>(fn, session, Side::input, inputs, n_inputs, true,
-                                                                       session->inputs))
+    if (opfuse_status s =
+            read_tensors<opfuse::TensorRef, const void*>(fn, session, Side::input, inputs, n_inputs, true, t_inputs))
       return s;
     if (opfuse_status s = read_tensors<opfuse::MutableTensorRef, void*>(fn, session, Side::output, outputs, n_outputs,
-                                                                        true, session->outputs))
+                                                                        true, t_outputs))
       return s;
     // Plan::run checks the rest (binding, dims against the model, counts) before it writes.
-    if (opfuse::Status s = session->plan.run(session->inputs, session->outputs); !s) return fail(fn, s);
+    if (opfuse::Status s = session->plan.run(t_inputs, t_outputs); !s) return fail(fn, s);
     return OPFUSE_OK;
   });
 }

@@ -24,8 +24,19 @@
 /// Errors come back as a Status naming the node, the input or the dim (never an exception):
 /// invalid_argument for a bad file, graph or input, unsupported for an op or attribute the
 /// importer or the kernels do not handle, out_of_memory past the memory budget.
-/// A Plan runs one inference at a time: run() and the queries below must not be called
-/// concurrently on one Plan (compile a Plan per thread; they share the Model).
+///
+/// Threads: every member of a Plan may be called from several threads at once. Concurrent runs
+/// share the specializations (graph, chosen kernels) and the weights as loaded, and each runs
+/// in a run state of its own: an activation arena, a kernel workspace and the kernels prepared
+/// for them. A specialization keeps a pool of run states that grows to the most runs seen at
+/// once and never shrinks; a run takes the state returned last, so runs from one thread always
+/// reuse one state and allocate nothing. Memory budget: each run state counts weight_bytes() +
+/// arena_bytes() + its workspace (peak_bytes()), as the kernels of an extra state pack their
+/// own copy of the weights; a run that finds no free state and whose extra one would not fit
+/// the budget waits for a state to come back (runs serialize, they do not fail). The queries
+/// describe the current specialization: the one the most recent run() or output_infos() call
+/// on any thread looked up, so with threads running different input dims it may change between
+/// two queries. An evicted specialization stays alive until the runs using it end.
 #pragma once
 
 #include "opfuse/export.h"
@@ -209,6 +220,7 @@ struct CompileOptions {
   int threads = 0;                         ///< 0: all cores
   Isa max_isa = Isa::avx512;               ///< highest ISA level kernels may use (Context::max_isa)
   /// Weights + arena of one specialization may not exceed this; checked before allocating.
+  /// Concurrent runs: each run state counts its own weights + arena + workspace.
   std::uint64_t memory_budget = 16ull << 30;
   int max_cached_shapes = 8;  ///< specializations kept; the least recently used one goes first
   /// Kernels never to select (Context::excluded_kernels).
@@ -257,8 +269,9 @@ struct NodeTime {
   double bytes = 0;              ///< modeled bytes read and written
 };
 
-/// A compiled model: options bound, specializations per set of input dims cached. Runs one
-/// inference at a time (see the file documentation).
+/// A compiled model: options bound, specializations per set of input dims cached. Thread-safe:
+/// runs from several threads at once proceed in parallel, each in its own arena (see the file
+/// documentation for the memory budget and what the queries describe).
 class Plan {
  public:
   /// Compiles a model. A model whose inputs are all static (and none decides a shape) is
@@ -300,8 +313,8 @@ class Plan {
   ///         specialization errors of run()
   Result<std::vector<ValueInfo>> output_infos(std::span<const TensorRef> inputs) noexcept;
 
-  // About the specialization the last run (or output_infos) used; before any, the queries
-  // return 0 or empty values.
+  // About the current specialization: the one the most recent run (or output_infos), on any
+  // thread, used; before any, the queries return 0 or empty values.
   /// The planned graph of the current specialization: layouts, conversions, kernels.
   /// @return the text, or a "not specialized yet" line
   std::string dump_graph() const;
@@ -320,7 +333,8 @@ class Plan {
   /// Bytes of the activation arena of the current specialization.
   /// @return the bytes
   std::uint64_t arena_bytes() const noexcept;
-  /// Peak memory of the current specialization: weights + arena + kernel workspaces.
+  /// Peak memory of the current specialization for one run at a time: weights + arena + kernel
+  /// workspaces. n runs at once take up to n times as much (the file documentation).
   /// @return the bytes
   std::uint64_t peak_bytes() const noexcept;
   /// Modeled work of one run, summed over the nodes.
@@ -368,7 +382,8 @@ class Plan {
   ///         allocation fails, internal for an unexpected failure
   Result<std::vector<GroupCheck>> verify_fusion(std::span<const TensorRef> inputs) noexcept;
   /// Times every node, in execution order: `repeat` whole runs timed step by step, then each
-  /// node on its own `repeat` times (on the current arena contents: call after a run). Medians.
+  /// node on its own `repeat` times (on the current arena contents: call after a run; with runs
+  /// on other threads, in the run state returned last, which it holds meanwhile). Medians.
   /// @param repeat the repetitions (values below 1 count as 1)
   /// @return one NodeTime per node; invalid_argument before the first run, a kernel's error,
   ///         out_of_memory when an allocation fails

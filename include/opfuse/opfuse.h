@@ -45,14 +45,17 @@
  * ::OPFUSE_OUT_OF_MEMORY.
  *
  * @par Thread safety
- * The library has no global mutable state apart from the per-thread error message. Loading
- * models, creating sessions and destroying independent handles are safe from any thread at
- * the same time. One model may be shared by sessions created and run on different threads. A
- * session runs one inference at a time: opfuse_session_run() and
- * opfuse_session_resolve_output_dims() must not be called on the same session from two threads
- * at once (create one session per thread instead; they share the model's weights as loaded).
- * The other session queries only read what never changes after creation and may be called from
- * any thread, as long as no thread destroys the session meanwhile.
+ * The library has no global mutable state apart from per-thread data (the error message and
+ * the scratch a run reuses). Loading models, creating sessions and destroying independent
+ * handles are safe from any thread at the same time. One model may be shared by sessions
+ * created and run on different threads. One session may also be shared: opfuse_session_run()
+ * and opfuse_session_resolve_output_dims() may be called on it from several threads at once,
+ * and concurrent runs proceed in parallel, each in an activation arena and kernel workspace of
+ * its own (the session keeps a pool of them that grows to the most runs seen at once; each
+ * counts against the memory budget, and a run that would exceed it waits for another run to
+ * finish instead). The other session queries only read what never changes after creation.
+ * Every function may be called on a session from any thread as long as no thread destroys the
+ * session meanwhile.
  *
  * @par ABI stability
  * Handles are opaque, functions take and return only C types, and the two structs that cross
@@ -403,7 +406,7 @@ OPFUSE_API const char* opfuse_session_output_dim_symbol(const opfuse_session* se
  * @return ::OPFUSE_OK; ::OPFUSE_INVALID_ARGUMENT for a NULL argument, inputs that do not fit the
  * model (the message names the input, the dim and both values) or a capacity other than 0
  * below the rank; ::OPFUSE_UNSUPPORTED; ::OPFUSE_OUT_OF_MEMORY past the memory budget.
- * Not thread-safe on one session (it changes the session's plan): see the file's notes.
+ * Thread-safe, also on one session from several threads at once (see the file's notes).
  */
 OPFUSE_API opfuse_status opfuse_session_resolve_output_dims(opfuse_session* session, const opfuse_tensor* inputs,
                                                             size_t n_inputs, size_t output_index, int64_t* dims,
@@ -427,7 +430,8 @@ OPFUSE_API opfuse_status opfuse_session_resolve_output_dims(opfuse_session* sess
  * the given value); ::OPFUSE_UNSUPPORTED for nonzero fields of a later opfuse_tensor this
  * library does not know, or an op no kernel handles at these dims; ::OPFUSE_OUT_OF_MEMORY past
  * the memory budget.
- * Not thread-safe on one session: one run at a time (see the file's notes).
+ * Thread-safe: runs on one session from several threads at once proceed in parallel, each in
+ * its own arena (see the file's notes).
  */
 OPFUSE_API opfuse_status opfuse_session_run(opfuse_session* session, const opfuse_tensor* inputs, size_t n_inputs,
                                             opfuse_tensor* outputs, size_t n_outputs);

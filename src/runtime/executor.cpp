@@ -10,8 +10,19 @@
 //     offset free of every slot live at the same time (greedy by size, as TFLite's arena
 //     planner does), lifetimes being [first write, last read] in execution order.
 // Weights stay in the graph's constant payloads and are bound to each kernel at prepare, so a
-// kernel packs them once. The steps run one at a time, so they share one kernel workspace (the
-// largest one any step needs); peak memory is weights + arena + that workspace.
+// kernel packs them once per run state. The steps of a run go one at a time, so they share one
+// kernel workspace (the largest one any step needs); peak memory is weights + arena + that
+// workspace.
+//
+// Run states. The slot offsets are planned once; a RunState is one arena laid out by them, a
+// workspace and the steps built over that arena (views, host buffers, primitives prepared for
+// it). build() makes the first; concurrent runs check one out each (acquire), so two threads
+// never share an arena, a workspace or a Primitive. A run that finds a free state takes the one
+// returned last (the one a single-threaded caller always gets, its caches warm); one that finds
+// none builds another while n states of weights + arena + workspace each fit the memory budget,
+// and otherwise waits for a state to come back, so a tight budget serializes runs instead of
+// failing them. States are never freed before the specialization: a pool grows to the largest
+// concurrency seen, and once warm a run allocates nothing.
 //
 // Execution is a flat list of steps prepared at build time: registry kernels through
 // Primitive::execute with views made once, host ops over fixed buffers, matmul as one gemm (a
@@ -94,15 +105,29 @@ void convert_layout(const float* src, float* dst, std::int64_t N, std::int64_t C
 
 }  // namespace
 
-Result<std::unique_ptr<Specialization>> Specialization::build(Graph g, const CompileOptions& options) {
+Result<std::shared_ptr<Specialization>> Specialization::build(Graph g, const CompileOptions& options) {
   try {
-    auto sp = std::make_unique<Specialization>();
+    auto sp = std::make_shared<Specialization>();
+    sp->options_ = options;
     sp->graph = std::move(g);
     auto order = topological_order(sp->graph);
     if (!order) return order.status();
     sp->order = std::move(*order);
-    if (Status s = sp->plan_memory(options); !s) return s;
-    if (Status s = sp->build_steps(options); !s) return s;
+    if (Status s = sp->plan_memory(); !s) return s;
+    auto first = sp->make_state();
+    if (!first) return first.status();
+    RunState& rs = **first;
+    sp->workspace_bytes = 0;
+    sp->flops = sp->bytes_moved = 0;
+    for (const Step& st : rs.steps) {
+      sp->steps.push_back(StepInfo{st.kind, st.node, st.kernel});
+      sp->workspace_bytes = std::max(sp->workspace_bytes, st.workspace_bytes);
+      sp->flops += st.flops;
+      sp->bytes_moved += st.bytes;
+    }
+    sp->free_.reserve(1);
+    sp->free_.push_back(std::move(*first));
+    sp->states_ = 1;
     return sp;
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::out_of_memory, "out of memory while compiling the plan");
@@ -111,7 +136,8 @@ Result<std::unique_ptr<Specialization>> Specialization::build(Graph g, const Com
   }
 }
 
-Status Specialization::plan_memory(const CompileOptions& options) {
+Status Specialization::plan_memory() {
+  const CompileOptions& options = options_;
   Graph& g = graph;
   const std::size_t nv = g.values().size();
   dims_.assign(nv, {});
@@ -229,25 +255,10 @@ Status Specialization::plan_memory(const CompileOptions& options) {
             fmt::format("the plan needs {} bytes of weights and {} bytes of activations, over the memory budget "
                         "of {} bytes",
                         weight_bytes, arena_bytes, options.memory_budget)};
-  if (total > 0) {
-    float* p = alloc_buffer(static_cast<std::size_t>(total));
-    if (!p) return {StatusCode::out_of_memory, fmt::format("cannot allocate a {}-byte activation arena", total)};
-    std::memset(p, 0, static_cast<std::size_t>(total));
-    arena_.reset(p);
-  }
-  std::vector<std::uint64_t> offset(nv, 0);
-  for (const Slot& sl : slots) offset[static_cast<std::size_t>(sl.root)] = sl.offset;
-  data_.assign(nv, nullptr);
-  for (std::size_t v = 0; v < nv; ++v) {
-    const int r = uf.find(static_cast<int>(v));
-    const Value& rv = g.value(r);
-    if (rv.is_constant()) {
-      data_[v] = rv.dtype == DType::f32 ? static_cast<void*>(const_cast<float*>(rv.f32_data->data()))
-                                        : static_cast<void*>(const_cast<std::int64_t*>(rv.i64_data->data()));
-    } else if (end[static_cast<std::size_t>(r)] != -2 && arena_) {
-      data_[v] = reinterpret_cast<char*>(arena_.get()) + offset[static_cast<std::size_t>(r)];
-    }
-  }
+  root_.assign(nv, -1);
+  offset_.assign(nv, UINT64_MAX);
+  for (std::size_t v = 0; v < nv; ++v) root_[v] = uf.find(static_cast<int>(v));
+  for (const Slot& sl : slots) offset_[static_cast<std::size_t>(sl.root)] = sl.offset;
   auto binding = [&](int v) {
     Binding b;
     b.value = v;
@@ -255,7 +266,6 @@ Status Specialization::plan_memory(const CompileOptions& options) {
     b.type = val.dtype == DType::f32   ? ElementType::f32
              : val.dtype == DType::i64 ? ElementType::i64
                                        : ElementType::boolean;
-    b.data = data_[static_cast<std::size_t>(v)];
     b.dims = dims_[static_cast<std::size_t>(v)];
     b.numel = product(b.dims);
     return b;
@@ -267,8 +277,48 @@ Status Specialization::plan_memory(const CompileOptions& options) {
   return Status::ok();
 }
 
-Status Specialization::build_steps(const CompileOptions& options) {
-  Graph& g = graph;
+Result<std::unique_ptr<RunState>> Specialization::make_state() const {
+  auto rs = std::make_unique<RunState>();
+  if (arena_bytes > 0) {
+    float* p = alloc_buffer(static_cast<std::size_t>(arena_bytes));
+    if (!p)
+      return Status(StatusCode::out_of_memory, fmt::format("cannot allocate a {}-byte activation arena", arena_bytes));
+    std::memset(p, 0, static_cast<std::size_t>(arena_bytes));
+    rs->arena.reset(p);
+  }
+  const std::size_t nv = graph.values().size();
+  rs->data.assign(nv, nullptr);
+  for (std::size_t v = 0; v < nv; ++v) {
+    const Value& rv = graph.value(root_[v]);
+    const std::uint64_t off = offset_[static_cast<std::size_t>(root_[v])];
+    if (rv.is_constant()) {
+      rs->data[v] = rv.dtype == DType::f32 ? static_cast<void*>(const_cast<float*>(rv.f32_data->data()))
+                                           : static_cast<void*>(const_cast<std::int64_t*>(rv.i64_data->data()));
+    } else if (off != UINT64_MAX && rs->arena) {
+      rs->data[v] = reinterpret_cast<char*>(rs->arena.get()) + off;
+    }
+  }
+  if (Status s = build_steps(*rs); !s) return s;
+  std::uint64_t ws = 0;
+  for (const Step& st : rs->steps) ws = std::max(ws, st.workspace_bytes);
+  if (weight_bytes + arena_bytes + ws > options_.memory_budget)
+    return Status(StatusCode::out_of_memory,
+                  fmt::format("the plan needs {} bytes of weights, {} of activations and {} of kernel workspace, over "
+                              "the memory budget of {} bytes",
+                              weight_bytes, arena_bytes, ws, options_.memory_budget));
+  if (ws > 0) {
+    rs->workspace.reset(alloc_buffer(static_cast<std::size_t>(ws)));
+    if (!rs->workspace)
+      return Status(StatusCode::out_of_memory, fmt::format("cannot allocate a {}-byte workspace", ws));
+  }
+  for (Step& st : rs->steps) st.workspace = rs->workspace.get();
+  return rs;
+}
+
+Status Specialization::build_steps(RunState& rs) const {
+  const Graph& g = graph;
+  const CompileOptions& options = options_;
+  const std::vector<void*>& data = rs.data;
   Context ctx;
   ctx.stage = options.stage;
   ctx.threads = options.threads;
@@ -277,25 +327,24 @@ Status Specialization::build_steps(const CompileOptions& options) {
   ctx.excluded_kernels = options.excluded_kernels;
   ctx.memory_budget = options.memory_budget;  // packed weights count against the plan's budget
   auto view = [&](int v, const TensorDesc& d, bool writable, std::int64_t offset = 0) -> Result<const Tensor*> {
-    void* p = data_[static_cast<std::size_t>(v)];
+    void* p = data[static_cast<std::size_t>(v)];
     if (!p) return Status(StatusCode::internal, fmt::format("value '{}' has no storage", g.value(v).name));
     auto t = writable ? Tensor::view(static_cast<float*>(p) + offset, d.shape, d.layout)
                       : Tensor::view(static_cast<const float*>(p) + offset, d.shape, d.layout);
     if (!t) return t.status();
-    extra_.push_back(std::make_unique<Tensor>(*t));
-    return extra_.back().get();
+    rs.views.push_back(std::make_unique<Tensor>(*t));
+    return rs.views.back().get();
   };
   auto host = [&](int v) {
     HostTensor h;
     if (v < 0) return h;
     h.dtype = g.value(v).dtype;
     h.dims = dims_[static_cast<std::size_t>(v)];
-    h.data = data_[static_cast<std::size_t>(v)];
+    h.data = data[static_cast<std::size_t>(v)];
     return h;
   };
+  std::vector<Step>& steps = rs.steps;
   steps.clear();
-  workspace_bytes = 0;
-  flops = bytes_moved = 0;
   for (int id : order) {
     const Node& n = g.node(id);
     Step st;
@@ -343,9 +392,9 @@ Status Specialization::build_steps(const CompileOptions& options) {
       if (b.size() == 1) b.push_back(1);
       const std::int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
       const std::int64_t batch_a = product(a, 0, a.size() - 2), batch_b = product(b, 0, b.size() - 2);
-      const auto* pa = static_cast<float*>(data_[static_cast<std::size_t>(n.inputs[0])]);
-      const auto* pb = static_cast<float*>(data_[static_cast<std::size_t>(n.inputs[1])]);
-      auto* py = static_cast<float*>(data_[static_cast<std::size_t>(n.outputs[0])]);
+      const auto* pa = static_cast<float*>(data[static_cast<std::size_t>(n.inputs[0])]);
+      const auto* pb = static_cast<float*>(data[static_cast<std::size_t>(n.inputs[1])]);
+      auto* py = static_cast<float*>(data[static_cast<std::size_t>(n.outputs[0])]);
       if (!pa || !pb || !py) return node_error(n, StatusCode::internal, "operand without storage");
       const bool b_const = g.value(n.inputs[1]).is_constant();
       OpDesc d;
@@ -396,8 +445,8 @@ Status Specialization::build_steps(const CompileOptions& options) {
       st.kind = Step::Kind::convert;
       st.kernel = "convert";
       const auto& d = dims_[static_cast<std::size_t>(n.inputs[0])];
-      st.src = static_cast<const float*>(data_[static_cast<std::size_t>(n.inputs[0])]);
-      st.dst = static_cast<float*>(data_[static_cast<std::size_t>(n.outputs[0])]);
+      st.src = static_cast<const float*>(data[static_cast<std::size_t>(n.inputs[0])]);
+      st.dst = static_cast<float*>(data[static_cast<std::size_t>(n.outputs[0])]);
       st.n = d[0];
       st.c = d[1];
       st.hw = d[2] * d[3];
@@ -418,22 +467,8 @@ Status Specialization::build_steps(const CompileOptions& options) {
     } else {
       return node_error(n, StatusCode::unsupported, "the runtime cannot execute this op");
     }
-    workspace_bytes = std::max(workspace_bytes, st.workspace_bytes);
-    flops += st.flops;
-    bytes_moved += st.bytes;
     steps.push_back(std::move(st));
   }
-  if (weight_bytes + arena_bytes + workspace_bytes > options.memory_budget)
-    return {StatusCode::out_of_memory,
-            fmt::format("the plan needs {} bytes of weights, {} of activations and {} of kernel workspace, over the "
-                        "memory budget of {} bytes",
-                        weight_bytes, arena_bytes, workspace_bytes, options.memory_budget)};
-  if (workspace_bytes > 0) {
-    workspace_.reset(alloc_buffer(static_cast<std::size_t>(workspace_bytes)));
-    if (!workspace_)
-      return {StatusCode::out_of_memory, fmt::format("cannot allocate a {}-byte workspace", workspace_bytes)};
-  }
-  for (Step& st : steps) st.workspace = workspace_.get();
   return Status::ok();
 }
 
@@ -462,13 +497,53 @@ Status run_step(const Graph& g, const Step& st) {
 }
 }  // namespace
 
-Status Specialization::run() {
-  for (const Step& st : steps)
+Result<Specialization::Lease> Specialization::acquire() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (!free_.empty()) {
+      std::unique_ptr<RunState> s = std::move(free_.back());
+      free_.pop_back();
+      return Lease(this, std::move(s));
+    }
+    // One more state costs what the first does: its arena, its workspace and its kernels
+    // prepared again (which may pack their own copy of the weights).
+    const std::uint64_t per_state = weight_bytes + arena_bytes + workspace_bytes;
+    std::uint64_t all = 0;
+    const bool fits = !__builtin_mul_overflow(per_state, static_cast<std::uint64_t>(states_) + 1, &all) &&
+                      all <= options_.memory_budget;
+    if (fits && !no_more_states_) {
+      free_.reserve(static_cast<std::size_t>(states_) + 1);
+      ++states_;
+      lock.unlock();
+      auto s = make_state();
+      if (s) return Lease(this, std::move(*s));
+      lock.lock();
+      --states_;
+      no_more_states_ = true;
+      if (states_ == 0) return s.status();
+      continue;
+    }
+    if (states_ == 0) return Status(StatusCode::internal, "the plan has no run state");
+    returned_.wait(lock);
+  }
+}
+
+void Specialization::release(std::unique_ptr<RunState> s) const noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(s));  // capacity reserved when the state was made
+  }
+  returned_.notify_one();
+}
+
+Status Specialization::run(const RunState& rs) const {
+  for (const Step& st : rs.steps)
     if (Status s = run_step(graph, st); !s) return s;
   return Status::ok();
 }
 
-Result<std::vector<NodeTime>> Specialization::profile(int repeat) {
+Result<std::vector<NodeTime>> Specialization::profile(const RunState& rs, int repeat) const {
+  const std::vector<Step>& steps = rs.steps;
   const auto reps = static_cast<std::size_t>(std::max(repeat, 1));
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) {

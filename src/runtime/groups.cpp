@@ -139,36 +139,36 @@ Boundary boundary_of(const Group& grp, const Graph& unfused, const std::vector<s
   return b;
 }
 
-TensorData read_binding(const Binding& bd, const std::string& name) {
+TensorData read_binding(const Binding& bd, const void* data, const std::string& name) {
   TensorData t;
   t.name = name;
   t.type = bd.type;
   t.dims = bd.dims;
   const auto n = static_cast<std::size_t>(bd.numel);
   if (bd.type == ElementType::f32) {
-    const auto* p = static_cast<const float*>(bd.data);
+    const auto* p = static_cast<const float*>(data);
     t.f32.assign(p, p + n);
   } else if (bd.type == ElementType::i64) {
-    const auto* p = static_cast<const std::int64_t*>(bd.data);
+    const auto* p = static_cast<const std::int64_t*>(data);
     t.i64.assign(p, p + n);
   } else {
-    const auto* p = static_cast<const std::int64_t*>(bd.data);
+    const auto* p = static_cast<const std::int64_t*>(data);
     t.boolean.resize(n);
     for (std::size_t i = 0; i < n; ++i) t.boolean[i] = p[i] != 0;
   }
   return t;
 }
 
-Status write_binding(const Binding& bd, const TensorData& t) {
+Status write_binding(const Binding& bd, void* data, const TensorData& t) {
   if (t.numel() != bd.numel || t.type != bd.type)
     return Status(StatusCode::internal, fmt::format("verify: input '{}' does not fit its slot", t.name));
   const auto n = static_cast<std::size_t>(bd.numel);
   if (bd.type == ElementType::f32)
-    std::memcpy(bd.data, t.f32.data(), n * sizeof(float));
+    std::memcpy(data, t.f32.data(), n * sizeof(float));
   else if (bd.type == ElementType::i64)
-    std::memcpy(bd.data, t.i64.data(), n * sizeof(std::int64_t));
+    std::memcpy(data, t.i64.data(), n * sizeof(std::int64_t));
   else
-    for (std::size_t i = 0; i < n; ++i) static_cast<std::int64_t*>(bd.data)[i] = t.boolean[i];
+    for (std::size_t i = 0; i < n; ++i) static_cast<std::int64_t*>(data)[i] = t.boolean[i];
   return Status::ok();
 }
 
@@ -178,17 +178,20 @@ Result<std::map<int, TensorData>> run_graph(Graph g, const CompileOptions& optio
   if (Status s = plan_layouts(g, options.stage); !s) return s;
   auto sp = Specialization::build(std::move(g), options);
   if (!sp) return sp.status();
-  Specialization& s = **sp;
+  const Specialization& s = **sp;
+  auto lease = s.acquire();
+  if (!lease) return lease.status();
+  const RunState& rs = lease->state();
   for (const Binding& bd : s.inputs) {
-    if (!bd.data || bd.numel == 0 || s.graph.value(bd.value).is_constant()) continue;
+    if (!rs.at(bd) || bd.numel == 0 || s.graph.value(bd.value).is_constant()) continue;
     auto it = in.find(bd.value);
     if (it == in.end())
       return Status(StatusCode::internal, fmt::format("verify: no data for '{}'", s.graph.value(bd.value).name));
-    if (Status st = write_binding(bd, it->second); !st) return st;
+    if (Status st = write_binding(bd, rs.at(bd), it->second); !st) return st;
   }
-  if (Status st = s.run(); !st) return st;
+  if (Status st = s.run(rs); !st) return st;
   std::map<int, TensorData> out;
-  for (const Binding& bd : s.outputs) out[bd.value] = read_binding(bd, s.graph.value(bd.value).name);
+  for (const Binding& bd : s.outputs) out[bd.value] = read_binding(bd, rs.at(bd), s.graph.value(bd.value).name);
   return out;
 }
 

@@ -7,12 +7,24 @@
 // layouts and memory and prepares the kernels (executor.cpp). An i64 input whose values decide
 // a shape (the 'shape' of a Reshape fed by a graph input, as in ONNX's own reshape tests) is
 // part of the key by value, since the plan's dims depend on it.
+//
+// Threads. One mutex guards the cache, the LRU ticks and `current` (the specialization the
+// latest run or output_infos looked up, which the queries describe); it is held only to look
+// up, insert or evict, never while a specialization is built or a run computes. A miss builds
+// outside the lock and inserts after looking again, so a thread that lost the race to build
+// the same dims drops its copy and uses the winner's. Specializations are shared_ptrs: an
+// evicted one lives on until the runs that hold it end. Everything a run writes is its own:
+// the caller-to-model index maps are on its stack and the arena, workspace and primitives come
+// from the specialization's pool of run states (executor.hpp), so runs on one Plan proceed in
+// parallel.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "executor.hpp"
@@ -29,6 +41,7 @@ namespace opfuse {
 
 using graph::DType;
 using runtime::Specialization;
+using SpecPtr = std::shared_ptr<Specialization>;
 
 std::string_view element_type_name(ElementType t) noexcept {
   switch (t) {
@@ -252,21 +265,51 @@ std::string Model::dump_graph() const { return graph::to_string(impl_->graph); }
 
 // ---- Plan ------------------------------------------------------------------------------------
 
+namespace {
+
+// For each model input (or output), the position of the caller's tensor bound to it: inline for
+// the handful a model has, on the heap past that, so that matching allocates nothing. One per
+// call: concurrent runs never share one.
+class IndexMap {
+ public:
+  explicit IndexMap(std::size_t n) : n_(n) {
+    if (n > small_.size()) big_.resize(n);
+  }
+  int& operator[](std::size_t i) noexcept { return n_ > small_.size() ? big_[i] : small_[i]; }
+  int operator[](std::size_t i) const noexcept { return n_ > small_.size() ? big_[i] : small_[i]; }
+  std::size_t size() const noexcept { return n_; }
+  void fill(int v) noexcept {
+    for (std::size_t i = 0; i < n_; ++i) (*this)[i] = v;
+  }
+
+ private:
+  std::size_t n_;
+  std::array<int, 16> small_{};
+  std::vector<int> big_;
+};
+
+}  // namespace
+
 struct Plan::Impl {
   Model model;
   CompileOptions options;
-  std::vector<std::unique_ptr<Specialization>> cache;
-  Specialization* current = nullptr;
+  mutable std::mutex mu;  // guards cache, current, tick and every Specialization::last_use
+  std::vector<SpecPtr> cache;
+  SpecPtr current;
   std::uint64_t tick = 0;
-  std::vector<int> input_index;  // scratch: caller input -> model input (sized at compile)
-  std::vector<int> output_index;
 
-  Status match(std::span<const TensorRef> in, bool need_data);
+  Status match(std::span<const TensorRef> in, bool need_data, IndexMap& index) const;
   template <class Emit>
-  bool walk_key(std::span<const TensorRef> in, Emit emit) const;
-  bool key_matches(const Specialization& sp, std::span<const TensorRef> in) const;
-  std::vector<std::int64_t> make_key(std::span<const TensorRef> in) const;
-  Result<Specialization*> specialize(std::span<const TensorRef> in);
+  bool walk_key(std::span<const TensorRef> in, const IndexMap& index, Emit emit) const;
+  bool key_matches(const Specialization& sp, std::span<const TensorRef> in, const IndexMap& index) const;
+  std::vector<std::int64_t> make_key(std::span<const TensorRef> in, const IndexMap& index) const;
+  // The specialization for these inputs (matched into `index`), built on a miss.
+  Result<SpecPtr> specialize(std::span<const TensorRef> in, const IndexMap& index);
+  SpecPtr lookup(std::span<const TensorRef> in, const IndexMap& index);  // null on a miss
+  SpecPtr current_spec() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return current;
+  }
 };
 
 Result<Plan> Plan::compile(const Model& model, const CompileOptions& options) noexcept {
@@ -292,8 +335,6 @@ Result<Plan> Plan::compile(const Model& model, const CompileOptions& options) no
     p.impl_ = std::make_shared<Impl>();
     p.impl_->model = model;
     p.impl_->options = options;
-    p.impl_->input_index.resize(model.inputs().size());
-    p.impl_->output_index.resize(model.outputs().size());
     // A model with static inputs (and no steering i64 input) is specialized now, so that a
     // compile error shows at compile and the first run is as fast as the others.
     bool all_static = true;
@@ -310,7 +351,9 @@ Result<Plan> Plan::compile(const Model& model, const CompileOptions& options) no
         for (const DimInfo& d : v.dims) r.dims.push_back(d.value);
         refs.push_back(std::move(r));
       }
-      auto sp = p.impl_->specialize(refs);
+      IndexMap index(refs.size());
+      if (Status s = p.impl_->match(refs, false, index); !s) return s;
+      auto sp = p.impl_->specialize(refs, index);
       if (!sp) return sp.status();
     }
     return p;
@@ -322,7 +365,7 @@ Result<Plan> Plan::compile(const Model& model, const CompileOptions& options) no
 const Model& Plan::model() const noexcept { return impl_->model; }
 const CompileOptions& Plan::options() const noexcept { return impl_->options; }
 
-Status Plan::Impl::match(std::span<const TensorRef> in, bool need_data) {
+Status Plan::Impl::match(std::span<const TensorRef> in, bool need_data, IndexMap& input_index) const {
   const auto& decl = model.inputs();
   if (in.size() != decl.size())
     return {StatusCode::invalid_argument, fmt::format(
@@ -333,7 +376,7 @@ Status Plan::Impl::match(std::span<const TensorRef> in, bool need_data) {
                                                 return s;
                                               }(),
                                               in.size())};
-  std::fill(input_index.begin(), input_index.end(), -1);
+  input_index.fill(-1);
   for (std::size_t i = 0; i < in.size(); ++i) {
     std::size_t m = i;
     if (!in[i].name.empty()) {
@@ -394,7 +437,7 @@ Status Plan::Impl::match(std::span<const TensorRef> in, bool need_data) {
 // The cache key of these inputs, one value at a time: per input its rank, its dims and, when
 // its values decide shapes, those values. emit(v) returns false to stop early.
 template <class Emit>
-bool Plan::Impl::walk_key(std::span<const TensorRef> in, Emit emit) const {
+bool Plan::Impl::walk_key(std::span<const TensorRef> in, const IndexMap& input_index, Emit emit) const {
   for (std::size_t m = 0; m < input_index.size(); ++m) {
     const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
     if (!emit(static_cast<std::int64_t>(t.dims.size()))) return false;
@@ -412,35 +455,40 @@ bool Plan::Impl::walk_key(std::span<const TensorRef> in, Emit emit) const {
   return true;
 }
 
-bool Plan::Impl::key_matches(const Specialization& sp, std::span<const TensorRef> in) const {
+bool Plan::Impl::key_matches(const Specialization& sp, std::span<const TensorRef> in, const IndexMap& index) const {
   std::size_t p = 0;
   const auto& key = sp.key;
-  return walk_key(in, [&](std::int64_t v) { return p < key.size() && key[p++] == v; }) && p == key.size();
+  return walk_key(in, index, [&](std::int64_t v) { return p < key.size() && key[p++] == v; }) && p == key.size();
 }
 
-std::vector<std::int64_t> Plan::Impl::make_key(std::span<const TensorRef> in) const {
+std::vector<std::int64_t> Plan::Impl::make_key(std::span<const TensorRef> in, const IndexMap& index) const {
   std::vector<std::int64_t> key;
-  walk_key(in, [&](std::int64_t v) {
+  walk_key(in, index, [&](std::int64_t v) {
     key.push_back(v);
     return true;
   });
   return key;
 }
 
-Result<Specialization*> Plan::Impl::specialize(std::span<const TensorRef> in) {
-  if (Status s = match(in, false); !s) return s;
+SpecPtr Plan::Impl::lookup(std::span<const TensorRef> in, const IndexMap& index) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (current && key_matches(*current, in, index)) return current;
+  for (const SpecPtr& sp : cache)
+    if (key_matches(*sp, in, index)) {
+      current = sp;
+      current->last_use = ++tick;
+      return current;
+    }
+  return SpecPtr();
+}
+
+Result<SpecPtr> Plan::Impl::specialize(std::span<const TensorRef> in, const IndexMap& input_index) {
   for (std::size_t m = 0; m < input_index.size(); ++m)
     if (model.impl_->steering[m] && !in[static_cast<std::size_t>(input_index[m])].data)
       return Status(
           StatusCode::invalid_argument,
           fmt::format("input '{}' decides a shape in the model, so it needs data to compile", model.inputs()[m].name));
-  if (current && key_matches(*current, in)) return current;
-  for (auto& sp : cache)
-    if (key_matches(*sp, in)) {
-      current = sp.get();
-      current->last_use = ++tick;
-      return current;
-    }
+  if (SpecPtr hit = lookup(in, input_index)) return hit;
   graph::Graph g = model.impl_->graph;
   for (std::size_t m = 0; m < input_index.size(); ++m) {
     const TensorRef& t = in[static_cast<std::size_t>(input_index[m])];
@@ -513,21 +561,34 @@ Result<Specialization*> Plan::Impl::specialize(std::span<const TensorRef> in) {
   (*sp)->unfused_graph = std::move(g);
   (*sp)->fused_graph = std::move(fused_graph);
   (*sp)->fallbacks = std::move(fallbacks);
-  (*sp)->key = make_key(in);
+  (*sp)->key = make_key(in, input_index);
+  SpecPtr evicted;  // freed after the lock is released (a large graph takes a while to free)
+  std::lock_guard<std::mutex> lock(mu);
+  // Another thread may have built these dims meanwhile: its specialization is the one cached.
+  for (const SpecPtr& c : cache)
+    if (key_matches(*c, in, input_index)) {
+      current = c;
+      current->last_use = ++tick;
+      evicted = std::move(*sp);
+      return current;
+    }
   (*sp)->last_use = ++tick;
   if (static_cast<int>(cache.size()) >= options.max_cached_shapes) {
     auto lru = std::min_element(cache.begin(), cache.end(),
                                 [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+    evicted = std::move(*lru);
     cache.erase(lru);
   }
   cache.push_back(std::move(*sp));
-  current = cache.back().get();
+  current = cache.back();
   return current;
 }
 
 Result<std::vector<ValueInfo>> Plan::output_infos(std::span<const TensorRef> inputs) noexcept {
   try {
-    auto sp = impl_->specialize(inputs);
+    IndexMap index(impl_->model.inputs().size());
+    if (Status s = impl_->match(inputs, false, index); !s) return s;
+    auto sp = impl_->specialize(inputs, index);
     if (!sp) return sp.status();
     std::vector<ValueInfo> out;
     for (const auto& b : (*sp)->outputs) {
@@ -543,10 +604,11 @@ Result<std::vector<ValueInfo>> Plan::output_infos(std::span<const TensorRef> inp
 Status Plan::run(std::span<const TensorRef> inputs, std::span<const MutableTensorRef> outputs) noexcept {
   try {
     Impl& im = *impl_;
-    if (Status s = im.match(inputs, true); !s) return s;
-    auto spr = im.specialize(inputs);
+    IndexMap input_index(im.model.inputs().size()), output_index(im.model.outputs().size());
+    if (Status s = im.match(inputs, true, input_index); !s) return s;
+    auto spr = im.specialize(inputs, input_index);
     if (!spr) return spr.status();
-    Specialization& sp = **spr;
+    const Specialization& sp = **spr;  // *spr keeps it alive should another run evict it
     // Outputs are checked before anything runs, so an error leaves them untouched.
     const auto& decl = im.model.outputs();
     if (outputs.size() != decl.size())
@@ -561,7 +623,7 @@ Status Plan::run(std::span<const TensorRef> inputs, std::span<const MutableTenso
         if (m == decl.size())
           return {StatusCode::invalid_argument, fmt::format("the model has no output named '{}'", outputs[i].name)};
       }
-      im.output_index[i] = static_cast<int>(m);
+      output_index[i] = static_cast<int>(m);
       const runtime::Binding& b = sp.outputs[m];
       if (outputs[i].type != b.type)
         return {StatusCode::invalid_argument,
@@ -574,28 +636,32 @@ Status Plan::run(std::span<const TensorRef> inputs, std::span<const MutableTenso
       if (!outputs[i].data && b.numel > 0)
         return {StatusCode::invalid_argument, fmt::format("output '{}' buffer is a null pointer", decl[m].name)};
     }
+    auto lease = sp.acquire();
+    if (!lease) return lease.status();
+    const runtime::RunState& rs = lease->state();
     for (std::size_t m = 0; m < sp.inputs.size(); ++m) {
       const runtime::Binding& b = sp.inputs[m];
-      if (!b.data || b.numel == 0 || sp.graph.value(b.value).is_constant()) continue;
-      const TensorRef& t = inputs[static_cast<std::size_t>(im.input_index[m])];
+      void* slot = rs.at(b);
+      if (!slot || b.numel == 0 || sp.graph.value(b.value).is_constant()) continue;
+      const TensorRef& t = inputs[static_cast<std::size_t>(input_index[m])];
       if (b.type == ElementType::boolean) {
         const auto* src = static_cast<const std::uint8_t*>(t.data);
-        auto* dst = static_cast<std::int64_t*>(b.data);
+        auto* dst = static_cast<std::int64_t*>(slot);
         for (std::int64_t i = 0; i < b.numel; ++i) dst[i] = src[i] != 0;
       } else {
-        std::memcpy(b.data, t.data, static_cast<std::size_t>(b.numel) * element_size(b.type));
+        std::memcpy(slot, t.data, static_cast<std::size_t>(b.numel) * element_size(b.type));
       }
     }
-    if (Status s = sp.run(); !s) return s;
+    if (Status s = sp.run(rs); !s) return s;
     for (std::size_t i = 0; i < outputs.size(); ++i) {
-      const runtime::Binding& b = sp.outputs[static_cast<std::size_t>(im.output_index[i])];
+      const runtime::Binding& b = sp.outputs[static_cast<std::size_t>(output_index[i])];
       if (b.numel == 0) continue;
       if (b.type == ElementType::boolean) {
-        const auto* src = static_cast<const std::int64_t*>(b.data);
+        const auto* src = static_cast<const std::int64_t*>(rs.at(b));
         auto* dst = static_cast<std::uint8_t*>(outputs[i].data);
         for (std::int64_t k = 0; k < b.numel; ++k) dst[k] = src[k] != 0;
       } else {
-        std::memcpy(outputs[i].data, b.data, static_cast<std::size_t>(b.numel) * element_size(b.type));
+        std::memcpy(outputs[i].data, rs.at(b), static_cast<std::size_t>(b.numel) * element_size(b.type));
       }
     }
     return Status::ok();
@@ -630,68 +696,96 @@ Result<std::vector<TensorData>> Plan::run(std::span<const TensorRef> inputs) noe
   }
 }
 
+// The queries read one snapshot of `current` (a shared_ptr copy under the lock): a run on
+// another thread may make another specialization current meanwhile, never free this one.
+
 std::string Plan::dump_graph() const {
-  const Specialization* sp = impl_->current;
+  const SpecPtr sp = impl_->current_spec();
   if (!sp) return "(not specialized yet: run the plan or call output_infos first)\n";
   std::string s = graph::to_string(sp->graph);
   s += "kernels:\n";
   for (const auto& st : sp->steps) s += fmt::format("  {:<32} {}\n", sp->graph.node(st.node).name, st.kernel);
   return s;
 }
-int Plan::node_count() const noexcept { return impl_->current ? static_cast<int>(impl_->current->steps.size()) : 0; }
+int Plan::node_count() const noexcept {
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? static_cast<int>(sp->steps.size()) : 0;
+}
 int Plan::kernel_launches() const noexcept {
-  if (!impl_->current) return 0;
+  const SpecPtr sp = impl_->current_spec();
+  if (!sp) return 0;
   int n = 0;
-  for (const auto& st : impl_->current->steps) n += st.kind != runtime::Step::Kind::alias;
+  for (const auto& st : sp->steps) n += st.kind != runtime::Step::Kind::alias;
   return n;
 }
 int Plan::layout_conversions() const noexcept {
-  if (!impl_->current) return 0;
+  const SpecPtr sp = impl_->current_spec();
+  if (!sp) return 0;
   int n = 0;
-  for (const auto& st : impl_->current->steps) n += st.kind == runtime::Step::Kind::convert;
+  for (const auto& st : sp->steps) n += st.kind == runtime::Step::Kind::convert;
   return n;
 }
-std::uint64_t Plan::weight_bytes() const noexcept { return impl_->current ? impl_->current->weight_bytes : 0; }
-std::uint64_t Plan::arena_bytes() const noexcept { return impl_->current ? impl_->current->arena_bytes : 0; }
+std::uint64_t Plan::weight_bytes() const noexcept {
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->weight_bytes : 0;
+}
+std::uint64_t Plan::arena_bytes() const noexcept {
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->arena_bytes : 0;
+}
 std::uint64_t Plan::peak_bytes() const noexcept {
-  const Specialization* sp = impl_->current;
+  const SpecPtr sp = impl_->current_spec();
   return sp ? sp->weight_bytes + sp->arena_bytes + sp->workspace_bytes : 0;
 }
-double Plan::modeled_flops() const noexcept { return impl_->current ? impl_->current->flops : 0; }
-double Plan::modeled_bytes() const noexcept { return impl_->current ? impl_->current->bytes_moved : 0; }
-int Plan::cached_shapes() const noexcept { return static_cast<int>(impl_->cache.size()); }
+double Plan::modeled_flops() const noexcept {
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->flops : 0;
+}
+double Plan::modeled_bytes() const noexcept {
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->bytes_moved : 0;
+}
+int Plan::cached_shapes() const noexcept {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return static_cast<int>(impl_->cache.size());
+}
 std::vector<std::pair<std::string, int>> Plan::fusions_applied() const {
-  return impl_->current ? impl_->current->fusions : std::vector<std::pair<std::string, int>>{};
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->fusions : std::vector<std::pair<std::string, int>>{};
 }
 
 std::vector<std::pair<std::string, int>> Plan::fusion_nodes_removed() const {
-  return impl_->current ? impl_->current->fusion_removed : std::vector<std::pair<std::string, int>>{};
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->fusion_removed : std::vector<std::pair<std::string, int>>{};
 }
 std::vector<FusedGroup> Plan::fused_groups() const {
   std::vector<FusedGroup> out;
-  const Specialization* sp = impl_->current;
+  const SpecPtr sp = impl_->current_spec();
   if (!sp) return out;
   for (const runtime::Group& g : runtime::fused_groups(sp->fused_graph))
     out.push_back(runtime::describe(g, sp->fused_graph, sp->unfused_graph));
   return out;
 }
 std::vector<FusionFallback> Plan::fallbacks() const {
-  return impl_->current ? impl_->current->fallbacks : std::vector<FusionFallback>{};
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->fallbacks : std::vector<FusionFallback>{};
 }
 int Plan::nodes_before_fusion() const noexcept {
-  return impl_->current ? impl_->current->unfused_graph.live_node_count() : 0;
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->unfused_graph.live_node_count() : 0;
 }
 int Plan::nodes_after_fusion() const noexcept {
-  return impl_->current ? impl_->current->fused_graph.live_node_count() : 0;
+  const SpecPtr sp = impl_->current_spec();
+  return sp ? sp->fused_graph.live_node_count() : 0;
 }
 std::string Plan::dump_graph_before_fusion() const {
-  const Specialization* sp = impl_->current;
+  const SpecPtr sp = impl_->current_spec();
   if (!sp) return "(not specialized yet: run the plan or call output_infos first)\n";
   return graph::to_string(sp->unfused_graph);
 }
 
 std::string Plan::fused_graph_dot() const {
-  const Specialization* sp = impl_->current;
+  const SpecPtr sp = impl_->current_spec();
   if (!sp) return "digraph empty {}\n";
   std::vector<graph::DotCluster> clusters;
   for (const runtime::Group& g : runtime::fused_groups(sp->fused_graph)) clusters.push_back({g.pattern, g.nodes});
@@ -699,7 +793,7 @@ std::string Plan::fused_graph_dot() const {
 }
 
 Result<std::string> Plan::optimized_model() const noexcept {
-  const Specialization* sp = impl_->current;
+  const SpecPtr sp = impl_->current_spec();
   if (!sp) return Status(StatusCode::invalid_argument, "optimized_model: run the plan first");
   return onnx::export_graph(sp->fused_graph, impl_->model.opset());
 }
@@ -707,14 +801,15 @@ Result<std::string> Plan::optimized_model() const noexcept {
 Result<std::vector<GroupCheck>> Plan::verify_fusion(std::span<const TensorRef> inputs) noexcept {
   try {
     Impl& im = *impl_;
-    if (Status s = im.match(inputs, true); !s) return s;
-    auto spr = im.specialize(inputs);
+    IndexMap input_index(im.model.inputs().size());
+    if (Status s = im.match(inputs, true, input_index); !s) return s;
+    auto spr = im.specialize(inputs, input_index);
     if (!spr) return spr.status();
     const Specialization& sp = **spr;
     // The graph inputs' data, by value id (booleans as bytes, like TensorData).
     std::map<int, TensorData> data;
     for (std::size_t m = 0; m < sp.unfused_graph.inputs().size(); ++m) {
-      const TensorRef& t = inputs[static_cast<std::size_t>(im.input_index[m])];
+      const TensorRef& t = inputs[static_cast<std::size_t>(input_index[m])];
       TensorData d;
       d.name = t.name.empty() ? im.model.inputs()[m].name : t.name;
       d.type = t.type;
@@ -740,8 +835,12 @@ Result<std::vector<GroupCheck>> Plan::verify_fusion(std::span<const TensorRef> i
 
 Result<std::vector<NodeTime>> Plan::profile(int repeat) noexcept {
   try {
-    if (!impl_->current) return Status(StatusCode::invalid_argument, "profile: run the plan first");
-    return impl_->current->profile(repeat);
+    const SpecPtr sp = impl_->current_spec();
+    if (!sp) return Status(StatusCode::invalid_argument, "profile: run the plan first");
+    // The state the last run returned: its arena holds that run's values.
+    auto lease = sp->acquire();
+    if (!lease) return lease.status();
+    return sp->profile(lease->state(), repeat);
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::out_of_memory, "out of memory while profiling");
   }
