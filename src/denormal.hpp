@@ -4,11 +4,12 @@
 // opfuse code reads 0x9FC0: round to nearest, every exception masked, FTZ (bit 15: a denormal
 // result is written as a zero of the same sign) and DAZ (bit 6: a denormal input is read as a
 // zero of the same sign). Denormals (|x| < 2^-126, FLT_MIN) therefore never reach an arithmetic
-// unit, so no kernel pays the microcode assists that make them 10-100x slower on many x86 CPUs,
-// and every stage - naive included, since it runs under the same register - sees the same
+// unit, so no kernel pays the microcode assists that make denormal arithmetic slow on many x86
+// CPUs, and every stage - naive included, since it runs under the same register - sees the same
 // zeros, so stages still agree to the normal tolerance. Data movement (loads, stores, blends,
-// copies) is not arithmetic: a denormal an op only moves (a relu that keeps x, a transpose)
-// may come out unflushed, on every stage alike, because every stage moves it the same way.
+// copies) is not arithmetic: a denormal that an op only moves may come out unflushed on one
+// stage (clip as compare + blend) and as zero on another (clip as min/max instructions, which
+// read it under DAZ); the comparator (src/check/compare.cpp) counts a denormal as zero.
 // After the call each of those threads gets its own MXCSR control bits back, exactly as they
 // were; the status flags (bits 0-5) are sticky as IEEE 754 wants: an exception the call raised
 // stays raised, nothing the caller raised is cleared.

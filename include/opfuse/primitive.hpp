@@ -15,6 +15,16 @@
 /// weights at prepare time, so kernels can pack or transform them once (BN folding, GEMM
 /// panels, blocked layouts). The Primitive keeps a handle to each bound tensor (a view's memory
 /// must stay alive); at execute, pass nullptr for a bound input (or the same tensor).
+///
+/// Numerics: every stage computes the same IEEE 754 values, with the naive kernels as the
+/// contract: NaN and Inf propagate the same way in every stage (naive/ documents each op's rule:
+/// a NaN in a max-pool window wins, a softmax row with NaN is all NaN, a fully masked one all 0,
+/// conv2d padding is a zero input multiplied in, so 0 * Inf is NaN there too). Denormals are
+/// flushed: while execute() runs, the SSE control register (MXCSR) of the calling thread and of
+/// every worker thread is set to round-to-nearest, all exceptions masked, flush-to-zero and
+/// denormals-are-zero, so no kernel slows down on denormal data and all stages see the same
+/// zeros. Each thread's control bits are restored when the call returns; exception flags the
+/// call raised stay raised.
 #pragma once
 
 #include "opfuse/export.h"
@@ -35,7 +45,8 @@ namespace opfuse OPFUSE_API {
 /// A prepared op: validated, its kernel chosen, weights packed. Prepare once, execute many.
 class Primitive {
  public:
-  /// Runs the op.
+  /// Runs the op, with denormals flushed to zero on every thread it uses (the caller's MXCSR
+  /// control bits are restored on return; see the file comment).
   /// @param inputs The op's inputs, in input_names() order, shaped as prepared.
   /// @param outputs Its outputs, shaped as output_descs().
   /// @return ok; invalid_argument for tensors that do not match the prepared desc (outputs
