@@ -37,6 +37,11 @@
 /// describe the current specialization: the one the most recent run() or output_infos() call
 /// on any thread looked up, so with threads running different input dims it may change between
 /// two queries. An evicted specialization stays alive until the runs using it end.
+///
+/// Numerics are those of Primitive::execute (opfuse/primitive.hpp): NaN and Inf propagate as the
+/// naive stage defines, and run() flushes denormals to zero (FTZ and DAZ in MXCSR) on the
+/// calling thread and every worker for its whole duration, restoring each thread's control bits
+/// when it returns.
 #pragma once
 
 #include "opfuse/export.h"
@@ -292,7 +297,8 @@ class Plan {
   const CompileOptions& options() const noexcept;
 
   /// Runs with caller buffers: inputs in model order (or by name), outputs sized per
-  /// output_infos(). Leaves the outputs untouched on error.
+  /// output_infos(). Leaves the outputs untouched on error. Denormals are flushed to zero
+  /// during the call and the caller's MXCSR control bits restored after (see the file comment).
   /// @param inputs one per model input, all with data
   /// @param outputs one per model output
   /// @return ok; invalid_argument for inputs or outputs that do not match the model (count,
