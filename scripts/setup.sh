@@ -42,6 +42,8 @@ FULL=(
   python3-numpy python3-pytest     # its arrays and its tests
   doxygen                          # the API documentation (docs/Doxyfile), built by the tests
   pkg-config                       # the examples' build against the installed opfuse.pc
+  clang-14 libclang-rt-14-dev      # scripts/sanitize.sh and scripts/fuzz.sh: ASan, UBSan, libFuzzer
+  libomp-14-dev                    # clang's OpenMP runtime for that build
 )
 
 minimal=0
