@@ -32,6 +32,7 @@
 #include "opfuse/model.hpp"
 #include "opfuse/registry.hpp"
 #include "runtime.hpp"
+#include "src/denormal.hpp"
 #include "src/graph/passes/fusion.hpp"
 #include "src/onnx/builtin.hpp"
 #include "src/onnx/export.hpp"
@@ -602,6 +603,8 @@ Result<std::vector<ValueInfo>> Plan::output_infos(std::span<const TensorRef> inp
 }
 
 Status Plan::run(std::span<const TensorRef> inputs, std::span<const MutableTensorRef> outputs) noexcept {
+  // FTZ + DAZ for the whole run, host ops included; the caller's MXCSR comes back at return.
+  const detail::DenormalGuard denormals;
   try {
     Impl& im = *impl_;
     IndexMap input_index(im.model.inputs().size()), output_index(im.model.outputs().size());
