@@ -85,8 +85,14 @@ namespace eigen {
 const Variant& active() noexcept {
   static const Variant& v = []() -> const Variant& {
     const Isa isa = effective_isa(Context{});
+    // A build with fewer kernel ISAs (OPFUSE_SIMD_ISAS) compiles Eigen for those and SSE2 only.
+#if OPFUSE_BUILT_avx512
     if (isa >= Isa::avx512) return isa_avx512::variant;
+#endif
+#if OPFUSE_BUILT_avx2
     if (isa >= Isa::avx2) return isa_avx2::variant;
+#endif
+    (void)isa;
     return isa_sse2::variant;
   }();
   return v;
