@@ -36,7 +36,7 @@ run ./scripts/fuzz.sh "$fuzz_seconds"
 run ./scripts/build.sh
 run ./build/opfuse_tests --gtest_filter='Concurrency*' --gtest_output=json:reports/hardening/concurrency.json
 run ./build/opfuse_tests --gtest_filter='Limits*' --gtest_output=json:reports/hardening/limits.json
-run ./build/opfuse denormals --json reports/hardening/denormals.json
+run ./build/opfuse denormals --threads 1 --json reports/hardening/denormals.json
 run python3 scripts/hardening_report.py reports
 if [ ${#failed[@]} -gt 0 ]; then
   echo

@@ -66,7 +66,7 @@ def section_sanitizers(d, out):
     out.append("## Sanitizer runs\n")
     files = sorted(glob.glob(os.path.join(d, "hardening", "sanitize-*.json")))
     if not files:
-        out.append("Not run yet: `scripts/sanitize.sh --quick` (every CI run) and `--full` (once per issue).\n")
+        out.append("Not run yet: `scripts/sanitize.sh --quick` and `--full` (per issue; every CI run fuzzes under ASan + UBSan + LSan instead, see above).\n")
         return
     out.append("| mode | ISA built | date | CPU | build s | tests s | gtest passed / failed | ctest tests / failed | result |")
     out.append("|---|---|---|---|---:|---:|---|---|---|")
@@ -115,21 +115,26 @@ def section_denormals(d, out):
     out.append("## Denormals\n")
     doc = load(os.path.join(d, "hardening", "denormals.json"))
     if not doc:
-        out.append("Not run yet: `opfuse denormals --json reports/hardening/denormals.json`.\n")
+        out.append("Not run yet: `opfuse denormals --threads 1 --json reports/hardening/denormals.json`.\n")
         return
-    if "policy" in doc:
-        out.append(f"Policy: {doc['policy']}\n")
-    rows = doc.get("kernels", doc.get("rows", []))
+    rows = doc.get("kernels", [])
+    out.append(f"`opfuse denormals`: every kernel on normal inputs and on inputs that are (and produce) denormals, "
+               f"median of {doc.get('repeats')} interleaved samples, {doc.get('threads')} thread(s), CPU ISA "
+               f"{doc.get('cpu_isa')}; once with IEEE denormals, once under the library's policy "
+               f"({doc.get('policy', 'FTZ + DAZ')}). Ratio = denormal / normal.\n")
     if rows:
-        keys = list(rows[0].keys())
-        out.append("| " + " | ".join(keys) + " |")
-        out.append("|" + "---|" * len(keys))
-        for r in rows:
-            cells = []
-            for k in keys:
-                v = r[k]
-                cells.append(f"{v:.3f}" if isinstance(v, float) else str(v))
-            out.append("| " + " | ".join(cells) + " |")
+        worst_ieee = max(rows, key=lambda r: r["ieee"]["ratio"])
+        worst_ftz = max(rows, key=lambda r: r["ftz"]["ratio"])
+        over = [r["kernel"] for r in rows if r["ftz"]["ratio"] > 2.0]
+        out.append(f"{len(rows)} kernel cases. Worst with IEEE denormals: `{worst_ieee['kernel']}` "
+                   f"{worst_ieee['ieee']['ratio']:.2f}x; worst under the policy: `{worst_ftz['kernel']}` "
+                   f"{worst_ftz['ftz']['ratio']:.2f}x; above 2x under the policy: {', '.join(over) if over else 'none'}.\n")
+        out.append("| kernel | case | IEEE normal ms | IEEE denormal ms | IEEE ratio | policy normal ms | policy denormal ms | policy ratio |")
+        out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        for r in sorted(rows, key=lambda r: -r["ieee"]["ratio"]):
+            ie, fz = r["ieee"], r["ftz"]
+            out.append(f"| `{r['kernel']}` | {r.get('case', '')} | {ie['normal_ms']:.4f} | {ie['denormal_ms']:.4f} | "
+                       f"{ie['ratio']:.2f} | {fz['normal_ms']:.4f} | {fz['denormal_ms']:.4f} | {fz['ratio']:.2f} |")
         out.append("")
 
 
