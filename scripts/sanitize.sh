@@ -96,7 +96,10 @@ if [ "$mode" = tsan ]; then
   ctest_regex='^$'
 elif [ "$mode" = quick ]; then
   # The suites over untrusted input (test names: tests/*.cpp), and the CLI and replay tests.
-  filter='OnnxImport*:OnnxTensorFiles*:Graph*:HostOps*:Model*:Fusion*:CApi*:*Errors*:*Errors/*'
+  # Not Fusion*: with the naive stage only, every fused node is served by naive alone, so the
+  # plan undoes the fusions (FusionFallback) and those tests' expectations do not hold; the fusion
+  # passes are fuzzed under ASan (scripts/fuzz.sh) and tested under ASan by --full.
+  filter='OnnxImport*:OnnxTensorFiles*:Graph*:HostOps*:Model*:CApi*:*Errors*:*Errors/*'
   filter+=':SizeOverflow*:Constants*:Limits*:Concurrency*:Stages/Conformance*'
   ctest_regex='^(cli\.|fuzz\.replay\.)'
 else
