@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,31 @@ inline check::OutputCheck compare_deep(const TensorData& out, const TensorData& 
   for (float x : ref.f32) rms += double(x) * x;
   rms = std::sqrt(rms / static_cast<double>(ref.f32.empty() ? 1 : ref.f32.size()));
   return check::compare_output(out, ref, check::Tolerance{1e-3 * rms, 1e-3});
+}
+
+// Deterministic inputs for a model: f32 uniform in [-1, 1) from `seed`; symbolic dims from `dims`.
+inline std::vector<TensorData> random_inputs(const Model& m, const std::map<std::string, std::int64_t>& dims,
+                                             std::uint64_t seed) {
+  std::vector<TensorData> v;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (const ValueInfo& in : m.inputs()) {
+    TensorData t;
+    t.name = in.name;
+    t.type = in.type;
+    for (const DimInfo& d : in.dims) t.dims.push_back(d.value >= 0 ? d.value : dims.at(d.symbol));
+    t.f32.resize(static_cast<std::size_t>(t.numel()));
+    for (float& x : t.f32) x = u(rng);
+    v.push_back(std::move(t));
+  }
+  return v;
+}
+
+// The TensorRefs of owned tensors, in order.
+inline std::vector<TensorRef> refs_of(const std::vector<TensorData>& v) {
+  std::vector<TensorRef> r;
+  for (const auto& t : v) r.push_back(t.ref());
+  return r;
 }
 
 // Opset 17, FLOAT by default; every node named <op><index> unless renamed.

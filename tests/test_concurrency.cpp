@@ -21,35 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include "model_builder.hpp"
 #include "opfuse/model.hpp"
 
 namespace {
 
 using namespace opfuse;
-
-// Deterministic inputs: f32 uniform in [-1, 1) from `seed`; symbolic dims from `dims`.
-std::vector<TensorData> make_inputs(const Model& m, const std::map<std::string, std::int64_t>& dims,
-                                    std::uint64_t seed) {
-  std::vector<TensorData> v;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (const ValueInfo& in : m.inputs()) {
-    TensorData t;
-    t.name = in.name;
-    t.type = in.type;
-    for (const DimInfo& d : in.dims) t.dims.push_back(d.value >= 0 ? d.value : dims.at(d.symbol));
-    t.f32.resize(static_cast<std::size_t>(t.numel()));
-    for (float& x : t.f32) x = u(rng);
-    v.push_back(std::move(t));
-  }
-  return v;
-}
-
-std::vector<TensorRef> refs_of(const std::vector<TensorData>& v) {
-  std::vector<TensorRef> r;
-  for (const auto& t : v) r.push_back(t.ref());
-  return r;
-}
+using opfuse::testing::random_inputs;
+using opfuse::testing::refs_of;
 
 // "" when every output has the reference's dims and bytes; else what differs first.
 std::string bitwise_diff(const std::vector<TensorData>& got, const std::vector<TensorData>& want) {
@@ -96,7 +75,7 @@ TEST_P(ConcurrencySharedPlan, EveryOutputMatchesASingleThreadedRunBitForBit) {
   // Inputs and references, single-threaded on the same Plan.
   std::vector<std::vector<TensorData>> inputs, refs;
   for (int k = 0; k < kThreads * kInputsPerThread; ++k) {
-    inputs.push_back(make_inputs(*m, {{"batch", 1}, {"seq", 64}}, 1000 + static_cast<std::uint64_t>(k)));
+    inputs.push_back(random_inputs(*m, {{"batch", 1}, {"seq", 64}}, 1000 + static_cast<std::uint64_t>(k)));
     auto r = plan->run(refs_of(inputs.back()));
     ASSERT_TRUE(r) << r.status().to_string();
     refs.push_back(std::move(*r));
@@ -159,7 +138,7 @@ TEST(Concurrency, BertTwoShapesEvictingEachOther) {
   const std::int64_t seqs[2] = {16, 24};
   std::vector<std::vector<TensorData>> inputs, refs;
   for (int t = 0; t < 2; ++t) {
-    inputs.push_back(make_inputs(*m, {{"batch", 1}, {"seq", seqs[t]}}, 77 + static_cast<std::uint64_t>(t)));
+    inputs.push_back(random_inputs(*m, {{"batch", 1}, {"seq", seqs[t]}}, 77 + static_cast<std::uint64_t>(t)));
     auto r = plan->run(refs_of(inputs.back()));
     ASSERT_TRUE(r) << r.status().to_string();
     refs.push_back(std::move(*r));
@@ -201,7 +180,7 @@ TEST(Concurrency, BudgetForOneRunStateSerializesRuns) {
   co.memory_budget = peak + peak / 2;  // one state fits, two do not
   auto plan = Plan::compile(*m, co);
   ASSERT_TRUE(plan) << plan.status().to_string();
-  const auto in = make_inputs(*m, {}, 5);
+  const auto in = random_inputs(*m, {}, 5);
   auto ref = plan->run(refs_of(in));
   ASSERT_TRUE(ref) << ref.status().to_string();
   std::vector<std::string> errors(3);

@@ -21,28 +21,8 @@ namespace {
 
 using namespace opfuse;
 using opfuse::testing::ModelBuilder;
-
-std::vector<TensorData> random_inputs(const Model& m, std::map<std::string, std::int64_t> dims, std::uint64_t seed) {
-  std::vector<TensorData> v;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (const ValueInfo& in : m.inputs()) {
-    TensorData t;
-    t.name = in.name;
-    t.type = in.type;
-    for (const DimInfo& d : in.dims) t.dims.push_back(d.value >= 0 ? d.value : dims.at(d.symbol));
-    t.f32.resize(static_cast<std::size_t>(t.numel()));
-    for (float& x : t.f32) x = u(rng);
-    v.push_back(std::move(t));
-  }
-  return v;
-}
-
-std::vector<TensorRef> refs_of(const std::vector<TensorData>& v) {
-  std::vector<TensorRef> r;
-  for (const auto& t : v) r.push_back(t.ref());
-  return r;
-}
+using opfuse::testing::random_inputs;
+using opfuse::testing::refs_of;
 
 Result<std::vector<TensorData>> run_model(const Model& m, Stage stage, const std::vector<TensorData>& in,
                                           int threads = 2) {
