@@ -107,7 +107,8 @@ std::vector<Declined> declined_fused_nodes(const Graph& planned, const CompileOp
       out.push_back({n.id, fmt::format("no kernel accepts {} here", op_name(desc->op))});
     else if (k->impl == Impl::naive)
       out.push_back(
-          {n.id, fmt::format("no {} or simd kernel accepts it; only {} would", stage_name(options.stage), k->name)});
+          {n.id, fmt::format("no {} kernel accepts it; only {} would",
+                             options.stage == Stage::fused ? "fused or simd" : stage_name(options.stage), k->name)});
   }
   return out;
 }
