@@ -26,6 +26,7 @@
 #include "model_builder.hpp"
 #include "opfuse/model.hpp"
 #include "opfuse/primitive.hpp"
+#include "sanitized.hpp"
 
 namespace {
 
@@ -33,19 +34,7 @@ using namespace opfuse;
 using opfuse::testing::ModelBuilder;
 using Clock = std::chrono::steady_clock;
 
-// A sanitized build (scripts/sanitize.sh, CI's ASan run) does the same work several times
-// slower. The time bounds below catch hangs and unbounded work, not speed, so they scale with it.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr double kSanitizerSlowdown = 10.0;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr double kSanitizerSlowdown = 10.0;
-#else
-constexpr double kSanitizerSlowdown = 1.0;
-#endif
-#else
-constexpr double kSanitizerSlowdown = 1.0;
-#endif
+using opfuse::testing::kSanitizerSlowdown;
 
 // Every hostile case must fail within this (it should take milliseconds: nothing is allocated
 // or computed at the hostile size).
