@@ -11,9 +11,10 @@
 #       -DOPFUSE_BUILD_BENCH=OFF) with only the packages `scripts/setup.sh --minimal` installs,
 #    b. the README's main job, `./scripts/bench.sh --quick` (`--full`: the whole default suite),
 #    c. the README's test command, `./scripts/test.sh`,
+#    d. the rest of CI (.ci/run): `scripts/sanitize.sh --quick` and half a minute of fuzzing,
 #    printing each command's exit status and duration. It fails if any of them fails.
 # Needs root (mmdebstrap, chroot, mounts) and Debian's package mirror; installs mmdebstrap on the
-# host if it is missing. About 15 minutes on 2 cores: most of it is the first build and the tests.
+# host if it is missing. About 30 minutes on 2 cores: most of it is the first builds and the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
@@ -94,6 +95,8 @@ else
   step "main job: ./scripts/bench.sh --quick" "./scripts/bench.sh --quick"
 fi
 step "tests: ./scripts/test.sh" "./scripts/test.sh"
+# The rest of .ci/run: clang-14, its sanitizer runtimes and libFuzzer come from setup.sh too.
+step "CI's ASan steps: sanitize.sh --quick, fuzz.sh 30" "./scripts/sanitize.sh --quick && ./scripts/fuzz.sh 30"
 
 echo
 echo "fresh-check: packages in the root: $(chroot "$root" dpkg-query -W | wc -l) (bare: $bare_pkgs)"

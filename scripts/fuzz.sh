@@ -7,12 +7,12 @@
 #   model   ONNX bytes -> import -> compile -> one run, at a 64 MiB budget (fuzz/fuzz_model.cpp)
 #   tensor  one TensorProto file, as `opfuse run --inputs` reads them (fuzz/fuzz_tensor.cpp)
 #   ops     the single-op API with hostile descs and post-op chains (fuzz/fuzz_ops.cpp)
-# Builds into build-fuzz/ with clang-14 (libFuzzer is clang's), ASan + UBSan and coverage
-# instrumentation, and with the naive stage only (OPFUSE_SIMD_ISAS empty): what a file from a
-# stranger reaches - the importer, the graph passes, the planner, the executor, the host ops,
-# validation - is all there, the build takes minutes, and every input runs the readable
-# reference kernels. (The simd and fused kernels are checked under ASan by scripts/sanitize.sh;
-# they also need a newer clang than Debian 12's clang-14 for a few C++20 constructs.)
+# Builds into build-fuzz/ (configured by scripts/clang-asan.sh, shared with sanitize.sh
+# --quick): clang-14 (libFuzzer is clang's), ASan + UBSan and coverage instrumentation, and the
+# naive stage only: what a file from a stranger reaches - the importer, the graph passes, the
+# planner, the executor, the host ops, validation - is all there, the build takes minutes, and
+# every input runs the readable reference kernels. (The simd and fused kernels are checked under
+# ASan by scripts/sanitize.sh --full.)
 # Seed corpora: the built-in models (their graphs with the weights replaced by ConstantOfShape,
 # fuzz/make_seeds.cpp), ONNX's conformance models and their input_<i>.pb files (Debian's
 # libonnx-testdata), one valid sample per op and stage. The working corpus lives in
@@ -38,16 +38,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ ${#targets[@]} -gt 0 ] || targets=(model tensor ops)
-for tool in clang-14 clang++-14; do
-  command -v "$tool" >/dev/null || { echo "fuzz: $tool is missing (scripts/setup.sh installs clang-14)" >&2; exit 1; }
-done
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
-    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_C_FLAGS_SANITIZE="-O1 -g" -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g" \
-    -DOPFUSE_SANITIZE=ON -DOPFUSE_FUZZ=ON -DOPFUSE_SIMD_ISAS="" -DOPFUSE_BUILD_TESTS=OFF \
-    -DOPFUSE_BUILD_TOOLS=OFF -DOPFUSE_BUILD_BENCH=OFF -DOPFUSE_BUILD_PYTHON=OFF >/dev/null
-fi
+# shellcheck source=scripts/clang-asan.sh
+. scripts/clang-asan.sh
+configure_clang_asan "$build"
 bins=(opfuse_fuzz_seeds)
 for t in "${targets[@]}"; do bins+=("opfuse_fuzz_$t"); done
 cmake --build "$build" -j "$(nproc)" --target "${bins[@]}"
