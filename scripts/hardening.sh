@@ -34,7 +34,8 @@ if [ "$full" -eq 1 ]; then run ./scripts/sanitize.sh --full; else run ./scripts/
 [ "$tsan" -eq 1 ] && run ./scripts/sanitize.sh --tsan
 run ./scripts/fuzz.sh "$fuzz_seconds"
 run ./scripts/build.sh
-run ./build/opfuse_tests --gtest_filter='Concurrency*' --gtest_output=json:reports/hardening/concurrency.json
+# OPFUSE_LONG_TESTS=1: ResNet-50 too at 4 threads x 100 runs (the suite runs it at 4 x 25).
+run env OPFUSE_LONG_TESTS=1 ./build/opfuse_tests --gtest_filter='Concurrency*' --gtest_output=json:reports/hardening/concurrency.json
 run ./build/opfuse_tests --gtest_filter='Limits*' --gtest_output=json:reports/hardening/limits.json
 run ./build/opfuse denormals --threads 1 --json reports/hardening/denormals.json
 run python3 scripts/hardening_report.py reports

@@ -66,33 +66,51 @@ def section_sanitizers(d, out):
     out.append("## Sanitizer runs\n")
     files = sorted(glob.glob(os.path.join(d, "hardening", "sanitize-*.json")))
     if not files:
-        out.append("Not run yet: `scripts/sanitize.sh --quick` and `--full` (per issue; every CI run fuzzes under ASan + UBSan + LSan instead, see above).\n")
+        out.append("Not run yet: `scripts/sanitize.sh --quick`, `--full` and `--tsan` write `hardening/sanitize-*.json`.\n")
         return
-    out.append("| mode | ISA built | date | CPU | build s | tests s | gtest passed / failed | ctest tests / failed | result |")
-    out.append("|---|---|---|---|---:|---:|---|---|---|")
-    for f in files:
-        s = load(f)
-        if not s:
-            continue
+    out.append("| mode | compiler, flags | kernels built | date | CPU | build s | tests s | gtest passed / failed | "
+               "ctest tests / failed | result |")
+    out.append("|---|---|---|---|---|---:|---:|---|---|---|")
+    docs = [s for s in (load(f) for f in files) if s]
+    for s in docs:
         ok = s["gtest_rc"] == 0 and s["ctest_rc"] == 0
-        out.append(f"| {s['mode']} | {s['isa']} | {s['date']} | {s['cpu']} ({s['cores']} cores) | {s['build_seconds']} | "
-                   f"{s['test_seconds']} | {s['gtest_passed']} / {s['gtest_failed']} | {s['ctest_total']} / {s['ctest_failed']} | "
-                   f"{'clean' if ok else 'FINDINGS'} |")
+        found = s.get("sanitizer_reports")
+        result = ("clean" if ok else "tests failed, no sanitizer report") if not found else f"{found} sanitizer reports"
+        kernels = "naive only" if s["isa"] == "none" else f"naive + simd/fused for {s['isa']}"
+        gtest = "-" if s["mode"] == "full" else f"{s['gtest_passed']} / {s['gtest_failed']}"
+        ctest = "-" if s.get("ctest_total") is None else f"{s['ctest_total']} / {s['ctest_failed']}"
+        out.append(f"| `--{s['mode']}` | {s.get('compiler', 'g++')} `{s['flags']}` | {kernels} | {s['date']} | "
+                   f"{s['cpu']} ({s['cores']} cores) | {s['build_seconds']} | {s['test_seconds']} | {gtest} | {ctest} | "
+                   f"{result} |")
     out.append("")
-    out.append("Both modes: clang-14, `-fsanitize=address,undefined -O1 -g`, LeakSanitizer at every process exit, "
-               "halt on the first report. `--quick` runs the suites over untrusted input (ONNX import, tensor files, "
-               "graph IR and passes, planner, executor and host ops, every op's validation and error paths, the C API, "
-               "resource limits, concurrency, the conformance and built-in models) plus the CLI tests and the fuzz "
-               "replays; `--full` runs the whole ctest suite. Only one ISA's simd/fused kernels are compiled per "
-               "sanitizer build (the cost of three ASan copies of every kernel family is what made the whole-tree "
-               "build take over an hour on 2 cores); the other ISAs are the same templates at another vector width.\n")
-    out.append("ThreadSanitizer (`--tsan`, g++ `-fsanitize=thread`): the concurrency tests - several caller threads "
-               "on one Plan, each plan at one OpenMP thread - which check the runtime's own synchronization "
-               "(specialization cache, arena pool, the last-run queries). The kernels' OpenMP regions are not run under "
-               "TSan: Debian's libgomp is not built with TSan, so its barriers look like unsynchronized accesses and "
-               "every parallel region would be a false report; LLVM's libomp with its Archer tool would annotate "
-               "them, but the kernels use C++20 constructs Debian 12's clang-14 lacks (structured bindings captured "
-               "by lambdas).\n")
+    out.append("What each run covered (the filters are the runs' own, from their JSON):\n")
+    for s in docs:
+        what = {
+            "quick": "every CI run: the suites over untrusted input (ONNX import, tensor files, graph IR and passes, "
+                     "planner, executor and host ops, every op's validation and error paths, the C API, resource limits, "
+                     "ONNX's conformance models) plus the CLI tests and the fuzz replays, built in the fuzzers' folder "
+                     "(one ASan build of the library serves both). Whole-model tests that take minutes at the naive "
+                     "stage under ASan are left to `--full`.",
+            "full": "the whole ctest suite - every kernel of the built ISA at every stage against naive, the whole "
+                    "models at every fusion level, the CLI, the C API - under ASan + UBSan + LeakSanitizer. One ISA's "
+                    "simd/fused kernels per build (three ASan copies of every kernel family made the whole-tree build "
+                    "take over an hour on 2 cores); the other ISAs are the same templates at another vector width and "
+                    "run in the normal suite, natively and under qemu.",
+            "tsan": "ThreadSanitizer over the concurrency tests - several caller threads on one Plan, each plan at one "
+                    "OpenMP thread - which check the runtime's own synchronization (specialization cache, arena pool, "
+                    "the queries). The kernels' OpenMP regions are not run under TSan: Debian's libgomp is not built "
+                    "with TSan, so its barriers look like unsynchronized accesses and every parallel region would be a "
+                    "false report; LLVM's libomp with its Archer tool would annotate them, but the kernels use C++20 "
+                    "constructs Debian 12's clang-14 lacks (structured bindings captured by lambdas).",
+        }.get(s["mode"], "")
+        sel = []
+        if s.get("gtest_filter"):
+            sel.append(f"gtest filter `{s['gtest_filter']}`")
+        if s.get("ctest_regex") and s["ctest_regex"] != "^$":
+            sel.append(f"ctest `-R {s['ctest_regex']}`" + (f" `-E {s['ctest_exclude']}`" if s.get("ctest_exclude") else ""))
+        out.append(f"- `--{s['mode']}`: {what}" + (f" Selection: {'; '.join(sel)}." if sel else ""))
+    out.append("")
+    out.append("LeakSanitizer checks every ASan process at exit; the first report of any sanitizer stops the run.\n")
 
 
 def section_tests(d, name, title, cmd, out):
