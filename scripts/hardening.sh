@@ -37,7 +37,7 @@ run ./scripts/build.sh
 # OPFUSE_LONG_TESTS=1: ResNet-50 too at 4 threads x 100 runs (the suite runs it at 4 x 25).
 run env OPFUSE_LONG_TESTS=1 ./build/opfuse_tests --gtest_filter='Concurrency*' --gtest_output=json:reports/hardening/concurrency.json
 run ./build/opfuse_tests --gtest_filter='Limits*' --gtest_output=json:reports/hardening/limits.json
-run ./build/opfuse denormals --threads 1 --json reports/hardening/denormals.json
+run ./build/opfuse denormals --threads 1 --repeats 21 --json reports/hardening/denormals.json
 run python3 scripts/hardening_report.py reports
 if [ ${#failed[@]} -gt 0 ]; then
   echo

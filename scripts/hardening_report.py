@@ -139,7 +139,8 @@ def section_denormals(d, out):
     out.append(f"`opfuse denormals`: every kernel on normal inputs and on inputs that are (and produce) denormals, "
                f"median of {doc.get('repeats')} interleaved samples, {doc.get('threads')} thread(s), CPU ISA "
                f"{doc.get('cpu_isa')}; once with IEEE denormals, once under the library's policy "
-               f"({doc.get('policy', 'FTZ + DAZ')}). Ratio = denormal / normal.\n")
+               f"({doc.get('policy', 'FTZ + DAZ')}). Ratio = the median, over the back-to-back pairs of samples, of "
+               "denormal / normal (a drift of the shared machine between samples moves both alike).\n")
     if rows:
         worst_ieee = max(rows, key=lambda r: r["ieee"]["ratio"])
         worst_ftz = max(rows, key=lambda r: r["ftz"]["ratio"])
