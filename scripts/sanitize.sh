@@ -158,7 +158,7 @@ gfailed=$(grep -Eo '\[  FAILED  \] [0-9]+ test' "$build/gtest.log" 2>/dev/null |
 # Sanitizer reports in what ran (a test failure without one is an ordinary failure).
 reports=$(cat "$build/gtest.log" "$build/ctest.log" 2>/dev/null |
   grep -cE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error:' || true)
-cline=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$build/ctest.log" | tail -n 1)
+cline=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$build/ctest.log" | tail -n 1 || true)
 mkdir -p reports/hardening
 out=reports/hardening/sanitize-$mode-$isa.json
 python3 - "$out" <<EOF_PY

@@ -119,19 +119,21 @@ TEST_P(ConcurrencySharedPlan, EveryOutputMatchesASingleThreadedRunBitForBit) {
 // mobilenet_v2 at simd. ResNet-50 costs about ten times MobileNetV2 per run: 4 x 100 of it
 // alone takes about a minute on two cores, so the suite runs 4 x 25 (still every thread's runs
 // overlapping the others' from the first to the last) and OPFUSE_LONG_TESTS=1 the whole 4 x 100
-// (scripts/hardening.sh does, for reports/HARDENING.md). Under ASan (sanitize.sh --full) 4 x 25
-// took over ctest's 600 s, so a sanitized build runs 4 x 8. The count is part of the test's name.
-int resnet50_runs() {
+// (scripts/hardening.sh does, for reports/HARDENING.md). Sanitizers slow a run 5-20x: under
+// ASan (sanitize.sh --full) ResNet-50's 4 x 25 took over ctest's 600 s and under TSan the four
+// cases at 4 x 100 took 28 minutes, so a sanitized build runs ResNet-50 4 x 8 and the others
+// 4 x 25. The count is part of the test's name.
+int runs(int normal, int sanitized) {
   const char* on = std::getenv("OPFUSE_LONG_TESTS");
   if (on && std::string(on) == "1") return 100;
-  return opfuse::testing::kSanitized ? 8 : 25;
+  return opfuse::testing::kSanitized ? sanitized : normal;
 }
 
 INSTANTIATE_TEST_SUITE_P(Concurrency, ConcurrencySharedPlan,
-                         ::testing::Values(Case{"resnet50", Stage::fused, resnet50_runs()},
-                                           Case{"mobilenet_v2", Stage::fused, 100},
-                                           Case{"bert_layer", Stage::fused, 100},
-                                           Case{"mobilenet_v2", Stage::simd, 100}),
+                         ::testing::Values(Case{"resnet50", Stage::fused, runs(25, 8)},
+                                           Case{"mobilenet_v2", Stage::fused, runs(100, 25)},
+                                           Case{"bert_layer", Stage::fused, runs(100, 25)},
+                                           Case{"mobilenet_v2", Stage::simd, runs(100, 25)}),
                          case_name);
 
 // Two threads, two sequence lengths, one cached specialization: every run may evict the one
