@@ -203,7 +203,6 @@ int cmd_denormals(const DenormalArgs& args) {
   }
 
   // The table.
-  auto ratio = [](const Sample& s) { return s.ratio; };
   std::string txt = fmt::format("{:<40} {:<34} | {:>10} {:>10} {:>6} | {:>10} {:>10} {:>6}\n", "kernel", "case",
                                 "IEEE norm", "IEEE den", "ratio", "FTZ norm", "FTZ den", "ratio");
   int over = 0;
@@ -211,10 +210,10 @@ int cmd_denormals(const DenormalArgs& args) {
   std::string worst_kernel;
   for (const Row& r : rows) {
     txt += fmt::format("{:<40} {:<34} | {:>10.4f} {:>10.4f} {:>6.2f} | {:>10.4f} {:>10.4f} {:>6.2f}\n", r.kernel,
-                       r.case_name.substr(0, 34), r.ieee.normal_ms, r.ieee.denormal_ms, ratio(r.ieee), r.ftz.normal_ms,
-                       r.ftz.denormal_ms, ratio(r.ftz));
-    if (ratio(r.ftz) > worst) worst = ratio(r.ftz), worst_kernel = r.kernel;
-    if (args.max_ratio > 0 && ratio(r.ftz) > args.max_ratio) ++over;
+                       r.case_name.substr(0, 34), r.ieee.normal_ms, r.ieee.denormal_ms, r.ieee.ratio, r.ftz.normal_ms,
+                       r.ftz.denormal_ms, r.ftz.ratio);
+    if (r.ftz.ratio > worst) worst = r.ftz.ratio, worst_kernel = r.kernel;
+    if (args.max_ratio > 0 && r.ftz.ratio > args.max_ratio) ++over;
   }
   txt += fmt::format(
       "\n{} kernels; times in ms (median of {} samples); ratio = median of denormal / normal over the back-to-back "
@@ -236,8 +235,8 @@ int cmd_denormals(const DenormalArgs& args) {
            {"stage", r.stage},
            {"kernel", r.kernel},
            {"case", r.case_name},
-           {"ieee", {{"normal_ms", r.ieee.normal_ms}, {"denormal_ms", r.ieee.denormal_ms}, {"ratio", ratio(r.ieee)}}},
-           {"ftz", {{"normal_ms", r.ftz.normal_ms}, {"denormal_ms", r.ftz.denormal_ms}, {"ratio", ratio(r.ftz)}}}});
+           {"ieee", {{"normal_ms", r.ieee.normal_ms}, {"denormal_ms", r.ieee.denormal_ms}, {"ratio", r.ieee.ratio}}},
+           {"ftz", {{"normal_ms", r.ftz.normal_ms}, {"denormal_ms", r.ftz.denormal_ms}, {"ratio", r.ftz.ratio}}}});
     j["kernels"] = arr;
     std::ofstream f(args.json_file);
     f << j.dump(2) << "\n";
