@@ -64,21 +64,23 @@ namespace {
 // Register tiles per ISA: expand = px pixels x nv vectors of Ce; project = q pixels x up to nv
 // vectors of Cout.
 //   avx512: expand 8 x 3 = 24 zmm accumulators + 3 weights + 1 broadcast; project 6 x 4 = 24.
-//   avx2:   expand 6 x 2 = 12 ymm + 2 + 1; project 6 x 2 = 12.
+//   avx2:   expand 6 x 2 = 12 ymm + 2 + 1; project 6 x 2 = 12, or 4 x 3 when Cout is an odd
+//           multiple of 3 vectors (MobileNetV2's 24: 6 x 2 then 6 x 1 broadcast each d value
+//           twice, the 1-vector pass one FMA per broadcast).
 //   sse2:   expand 4 x 2 = 8 xmm + 2 + 1 + 1 product (no FMA); project 4 x 2 = 8.
 template <class Arch>
 struct IrTile;
 template <>
 struct IrTile<simd::avx512> {
-  static constexpr int ex_px = 8, ex_nv = 3, pj_q = 6, pj_nv = 4;
+  static constexpr int ex_px = 8, ex_nv = 3, pj_q = 6, pj_nv = 4, pj_q3 = 0;
 };
 template <>
 struct IrTile<simd::avx2> {
-  static constexpr int ex_px = 6, ex_nv = 2, pj_q = 6, pj_nv = 2;
+  static constexpr int ex_px = 6, ex_nv = 2, pj_q = 6, pj_nv = 2, pj_q3 = 4;
 };
 template <>
 struct IrTile<simd::sse2> {
-  static constexpr int ex_px = 4, ex_nv = 2, pj_q = 4, pj_nv = 2;
+  static constexpr int ex_px = 4, ex_nv = 2, pj_q = 4, pj_nv = 2, pj_q3 = 0;
 };
 
 constexpr i64 rup(i64 v, i64 m) { return (v + m - 1) / m * m; }
@@ -215,11 +217,12 @@ struct IrState {
   AlignedBuf e_img, d_img;
 };
 
+// NaN stays NaN (clamp_nan). The expand tile passes its constants built by local_splat after its
+// k loop: hoisted, 0 and 6 took two of AVX2's 16 registers through that loop, and GCC spilled an
+// accumulator instead (a store-to-load round trip per step).
 template <class Arch>
-inline fbatch<Arch> relu6(fbatch<Arch> v) {
-  using B = fbatch<Arch>;
-  const B zero(0.f), six(6.f);
-  return xsimd::select(v < zero, zero, xsimd::select(v > six, six, v));  // NaN stays NaN
+inline fbatch<Arch> relu6(fbatch<Arch> v, fbatch<Arch> zero = fbatch<Arch>(0.f), fbatch<Arch> six = fbatch<Arch>(6.f)) {
+  return simd::clamp_nan<Arch>(v, zero, six);
 }
 
 // ---- expand: one row of e = relu6(x_row W_e + b1), channels-last ----------------------------------
@@ -245,9 +248,12 @@ inline void expand_tile(const float* x, i64 xs_c, i64 xs_w, i64 Cin, const float
       for (int v = 0; v < NV; ++v) acc[p][v] = xsimd::fma(xb, wv[v], acc[p][v]);
     }
   }
+  // AVX-512's 32 registers hold the 8 x 3 tile, its operands and the constants.
+  constexpr bool tight = !std::is_same_v<Arch, simd::avx512>;
+  const B zero = tight ? simd::local_splat<Arch>(0.f) : B(0.f), six = tight ? simd::local_splat<Arch>(6.f) : B(6.f);
   for (int p = 0; p < PX; ++p) {
     float* ep = eo ? eo[p] : e + p * Cep;
-    for (int v = 0; v < NV; ++v) relu6<Arch>(acc[p][v]).store_aligned(ep + v * Wd);
+    for (int v = 0; v < NV; ++v) relu6<Arch>(acc[p][v], zero, six).store_aligned(ep + v * Wd);
   }
 }
 
@@ -341,6 +347,20 @@ void project_tile(const Packed& L, i64 Ce, const float* wts, const float* dt, i6
   constexpr i64 Wd = fbatch<Arch>::size;
   constexpr int TQ = IrTile<Arch>::pj_q, NVmax = IrTile<Arch>::pj_nv;
   const i64 ncv = L.Cop / Wd;
+  if constexpr (IrTile<Arch>::pj_q3 > 0) {
+    if (ncv % 2 == 1 && ncv % 3 == 0) {  // 3 vectors of Cout x balanced blocks of at most pj_q3 pixels
+      const Balanced sub(cnt, IrTile<Arch>::pj_q3);
+      for (i64 cv = 0; cv < ncv; cv += 3)
+        for (i64 t = 0; t < sub.count; ++t) {
+          const i64 q = sub.begin(t);
+          with_count<IrTile<Arch>::pj_q3>(sub.size(t), [&](auto tq) {
+            project_block<Arch, decltype(tq)::value, 3>(dt + q * L.Cep, L.Cep, Ce, wts + L.wp + cv * Wd, L.Cop,
+                                                        wts + L.b3 + cv * Wd, yt + q * L.Cop + cv * Wd);
+          });
+        }
+      return;
+    }
+  }
   for (i64 cv = 0; cv < ncv; cv += NVmax) {
     const i64 nv = std::min<i64>(NVmax, ncv - cv);
     const float* wp = wts + L.wp + cv * Wd;

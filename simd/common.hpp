@@ -116,6 +116,38 @@ inline fbatch<Arch> vmax(fbatch<Arch> a, fbatch<Arch> b) {
     return xsimd::max(a, b);
 }
 
+// min(a, b) lane by lane, b where either is NaN (a < b ? a : b), as vmax.
+template <class Arch>
+inline fbatch<Arch> vmin(fbatch<Arch> a, fbatch<Arch> b) {
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+    return _mm512_mask_min_ps(b, 0xFFFF, a, b);
+  else
+    return xsimd::min(a, b);
+}
+
+// select(x < lo, lo, select(x > hi, hi, x)): lo <= x <= hi, NaN kept. AVX2 and SSE: as min then
+// max (MINPS / MAXPS return their second operand when either is NaN, and for equal operands:
+// the same result for every x, signed zeros included), two instructions instead of four.
+// AVX-512 keeps the selects: compares into mask registers and masked blends, where vmax's
+// merge-masked form measured slower in the inverted residual's tiles.
+template <class Arch>
+inline fbatch<Arch> clamp_nan(fbatch<Arch> x, fbatch<Arch> lo, fbatch<Arch> hi) {
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+    return xsimd::select(x < lo, lo, xsimd::select(x > hi, hi, x));
+  else
+    return vmax<Arch>(lo, vmin<Arch>(hi, x));
+}
+
+// A splat of v built where it is used, never hoisted out of the loops around it: the empty
+// volatile asm makes v opaque at this point. For the epilogue constants of register tiles that
+// take every vector register in their k loop (16 on AVX2): hoisted, GCC keeps them live across
+// the loop and spills an accumulator instead, a store-to-load round trip in every iteration.
+template <class Arch>
+inline fbatch<Arch> local_splat(float v) {
+  asm volatile("" : "+m"(v));  // in memory: no vector register holds it before this point
+  return fbatch<Arch>(v);
+}
+
 // p moved up to the next 64-byte boundary: where a kernel's workspace (sized with 16 floats of
 // slack) starts its aligned sections.
 inline float* align64(float* p) { return p + (16 - reinterpret_cast<std::uintptr_t>(p) / sizeof(float) % 16) % 16; }
