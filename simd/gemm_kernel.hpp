@@ -362,14 +362,17 @@ inline constexpr int64_t kBAhead = 16;
 
 // R rows (R <= mr) x nr columns of C += A micro-panel (kc x mr) * B micro-panel (kc x nr).
 // The accumulators are a fixed-size array indexed only by constants after unrolling, so the
-// compiler keeps all of them in registers. `cols` < nr is the right edge: the full tile is
-// computed (B is zero-padded) and only `cols` columns are stored. On the last k block an
-// enabled epilogue (see NoEpilogue) maps every vector of the finished tile before its store.
-template <class Arch, int R, class Epi>
+// compiler keeps all of them in registers. `cols` < nr is the right edge: the tile's first NV
+// vectors are computed (B is zero-padded) and only `cols` columns are stored. NV is nr / W,
+// or 1 for an edge of at most one vector (macro_kernel): a 49-pixel 1x1 convolution's last
+// panel holds 1 column of AVX2's 16, and the full tile spent 2 of its 8 accumulator vectors
+// per row on zeros. On the last k block an enabled epilogue (see NoEpilogue) maps every vector
+// of the finished tile before its store.
+template <class Arch, int R, class Epi, int NV = GemmTile<Arch>::nr / static_cast<int>(fbatch<Arch>::size)>
 void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* __restrict c, int64_t ldc,
                 int64_t cols, const Store& st, const Epi& epi) {
   using B = fbatch<Arch>;
-  constexpr int mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, W = static_cast<int>(B::size), NV = nr / W;
+  constexpr int mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, W = static_cast<int>(B::size);
   B acc[R][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
@@ -445,9 +448,9 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
   // over it step by step (each step one tight loop with its kind fixed, so the accumulators are
   // not held live across the activations' code), then copied to C: C is still written once.
   alignas(64) float t[Epi::enabled ? R * nr : 1];
-  if (cols == nr) {
-    // All loads of the tile first, then all stores: C's rows are often 4 KiB apart (ldc 1024),
-    // and a load behind a store with the same low 12 address bits waits for it (4K aliasing).
+  if (cols == NV * W) {  // a whole tile (NV * W == nr), or an edge of exactly one vector
+                         // All loads of the tile first, then all stores: C's rows are often 4 KiB apart (ldc 1024),
+                         // and a load behind a store with the same low 12 address bits waits for it (4K aliasing).
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
@@ -471,7 +474,7 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
         for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * nr + v * W);
-        epi.template apply_tile<Arch>(t, nr, R, st.row0, st.col0, nr, c, ldc);  // the last step stores C
+        epi.template apply_tile<Arch>(t, nr, R, st.row0, st.col0, NV * W, c, ldc);  // the last step stores C
         return;
       }
     }
@@ -486,7 +489,7 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
   alignas(64) float tmp[nr];
   for (int i = 0; i < R; ++i) {
     float* row = c + i * ldc;
-    for (int v = 0; v * W < cols; ++v) {
+    for (int v = 0; v < NV && v * W < cols; ++v) {
       const int64_t j0 = v * W, cnt = std::min<int64_t>(W, cols - j0);
       const auto partial = [&](const float* src, int64_t step) {
         for (int64_t l = 0; l < W; ++l) tmp[l] = l < cnt ? src[l * step] : 0.f;
@@ -520,13 +523,17 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
 template <class Epi>
 using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const Store&, const Epi&);
 
-// micro_tile<Arch, R, Epi> for R = 1 .. mr, indexed by R - 1: the bottom edge runs only its rows.
-template <class Arch, class Epi, int... I>
+// micro_tile<Arch, R, Epi, NV> for R = 1 .. mr, indexed by R - 1: the bottom edge runs only its
+// rows. kTiles: whole tiles; kEdgeTiles: one vector of columns (the narrow right edge).
+template <class Arch, class Epi, int NV, int... I>
 constexpr auto make_tile_table(std::integer_sequence<int, I...>) {
-  return std::array<TileFn<Epi>, sizeof...(I)>{&micro_tile<Arch, I + 1, Epi>...};
+  return std::array<TileFn<Epi>, sizeof...(I)>{&micro_tile<Arch, I + 1, Epi, NV>...};
 }
 template <class Arch, class Epi>
-inline constexpr auto kTiles = make_tile_table<Arch, Epi>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
+inline constexpr auto kTiles = make_tile_table<Arch, Epi, GemmTile<Arch>::nr / static_cast<int>(fbatch<Arch>::size)>(
+    std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
+template <class Arch, class Epi>
+inline constexpr auto kEdgeTiles = make_tile_table<Arch, Epi, 1>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
 
 // Where the macro-kernel finds B's micro-panels.
 //   block:  in the packed block pb (packed at prepare, or by the team at execute);
@@ -590,8 +597,10 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
         }
         if constexpr (Epi::enabled) epi.template prefetch<Arch>(i0 + ni, jc + nj, static_cast<int>(nrows), 2);
       }
-      kTiles<Arch, Epi>[static_cast<std::size_t>(rows - 1)](kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j,
-                                                            g.ldc, cols, st, epi);
+      const auto& tiles_fn =
+          cols <= static_cast<int64_t>(fbatch<Arch>::size) ? kEdgeTiles<Arch, Epi> : kTiles<Arch, Epi>;
+      tiles_fn[static_cast<std::size_t>(rows - 1)](kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j, g.ldc,
+                                                   cols, st, epi);
     }
   }
 }
