@@ -124,8 +124,7 @@ TEST_P(ConcurrencySharedPlan, EveryOutputMatchesASingleThreadedRunBitForBit) {
 // cases at 4 x 100 took 28 minutes, so a sanitized build runs ResNet-50 4 x 8 and the others
 // 4 x 25. The count is part of the test's name.
 int runs(int normal, int sanitized) {
-  const char* on = std::getenv("OPFUSE_LONG_TESTS");
-  if (on && std::string(on) == "1") return 100;
+  if (opfuse::testing::long_tests()) return 100;
   return opfuse::testing::kSanitized ? sanitized : normal;
 }
 

@@ -62,6 +62,7 @@
 #include "check/check.hpp"
 #include "op_samples.hpp"
 #include "opfuse/opfuse.hpp"
+#include "sanitized.hpp"
 #include "src/denormal.hpp"
 
 namespace opfuse {
@@ -99,14 +100,9 @@ void fill_row(std::vector<float>& t, const Shape& s, std::int64_t r, float v) {
 // OPFUSE_LONG_TESTS=1: every value into every input. Otherwise (the default, a minute on two
 // cores) x gets all four plantings, the other inputs NaN and +Inf (-Inf takes the same paths
 // through a kernel as +Inf), and of each batchnorm only var.
-bool long_tests() {
-  const char* on = std::getenv("OPFUSE_LONG_TESTS");
-  return on && std::string(on) == "1";
-}
-
 std::vector<Plant> plantings(const Case& c, const std::vector<std::vector<float>>& base) {
   std::vector<Plant> r;
-  const bool all = long_tests();
+  const bool all = opfuse::testing::long_tests();
   const OpDesc& d = c.desc;
   const auto names = input_names(d);
   for (std::size_t i = 0; i < base.size(); ++i) {

@@ -35,6 +35,7 @@
 
 #include "opfuse/context.hpp"
 #include "opfuse/primitive.hpp"
+#include "sanitized.hpp"
 #include "simd/eltwise.hpp"
 #include "simd/norm.hpp"
 
@@ -312,8 +313,7 @@ struct NonpositiveExp {
 
 // k indexes kIsas (and f.eval); the caller has checked the CPU runs it.
 void check_nonpositive_exp(const NonpositiveExp& f, std::size_t k) {
-  const char* on = std::getenv("OPFUSE_LONG_TESTS");
-  const std::uint32_t step = on && std::string(on) == "1" ? 1 : 61;
+  const std::uint32_t step = opfuse::testing::long_tests() ? 1 : 61;
   const std::uint32_t lo = 0x80000000u;  // -0
   {
     const Eval eval = f.eval[k];
@@ -552,8 +552,7 @@ std::string fmt_float(double v) {
 }
 
 TEST(VmathExhaustive, AllFiniteInputs) {
-  const char* on = std::getenv("OPFUSE_LONG_TESTS");
-  if (!on || std::string(on) != "1") GTEST_SKIP() << "exhaustive 2^32-input sweep: set OPFUSE_LONG_TESTS=1";
+  if (!opfuse::testing::long_tests()) GTEST_SKIP() << "exhaustive 2^32-input sweep: set OPFUSE_LONG_TESTS=1";
   std::string isas = std::getenv("OPFUSE_VMATH_ISAS") ? std::getenv("OPFUSE_VMATH_ISAS") : "";
   std::vector<const IsaEntry*> chosen;
   for (const IsaEntry& e : kIsas)
