@@ -167,8 +167,9 @@ inline void store_stream(float* p, fbatch<Arch> v) {
 // The first min(n, W) floats of p as a batch (n > 0; the other lanes 0), and the first
 // min(n, W) lanes of v stored to p: a whole vector, or a row's last partial one without
 // reading or writing past its end, so a loop over a row needs no tail of its own. Masked
-// moves on AVX-512 and AVX2 (masked-off lanes do not fault); SSE2 (1 to 3 floats) with
-// scalar and 64-bit moves - a stack copy read back as a vector stalled on store forwarding.
+// moves on AVX-512 and AVX2 loads (masked-off lanes do not fault); AVX2 stores and SSE2 (1 to
+// 3 floats) with 128-bit, 64-bit and scalar moves - a stack copy read back as a vector stalled
+// on store forwarding.
 template <class Arch>
 inline fbatch<Arch> load_partial(const float* p, std::int64_t n) {
   if (n >= static_cast<std::int64_t>(fbatch<Arch>::size)) return fbatch<Arch>::load_unaligned(p);
@@ -195,19 +196,33 @@ inline void store_partial(float* p, fbatch<Arch> v, std::int64_t n) {
 #ifdef __AVX512F__
   if constexpr (fbatch<Arch>::size == 16) return _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
 #endif
+  // 0 to 3 floats of a 128-bit vector: scalar and 64-bit moves.
+  const auto store_upto3 = [](float* q, __m128 r, std::int64_t m) {
+    if (m >= 2) {
+      _mm_store_sd(reinterpret_cast<double*>(q), _mm_castps_pd(r));
+      if (m == 3) _mm_store_ss(q + 2, _mm_movehl_ps(r, r));
+    } else if (m == 1) {
+      _mm_store_ss(q, r);
+    }
+  };
 #ifdef __AVX2__
-  if constexpr (fbatch<Arch>::size == 8)
-    return _mm256_maskstore_ps(
-        p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+  // Not VMASKMOVPS: its store form is microcoded on AMD Zen (one per several cycles); a
+  // stride-2 depthwise row's two masked phase stores took about a tenth of the kernel there.
+  // A 128-bit half and at most two smaller moves instead.
+  if constexpr (fbatch<Arch>::size == 8) {
+    const __m256 r = v;
+    const __m128 lo = _mm256_castps256_ps128(r);
+    if (n >= 4) {
+      _mm_storeu_ps(p, lo);
+      store_upto3(p + 4, _mm256_extractf128_ps(r, 1), n - 4);
+    } else {
+      store_upto3(p, lo, n);
+    }
+    return;
+  }
 #endif
   if constexpr (fbatch<Arch>::size == 4) {
-    const __m128 r = v;
-    if (n >= 2) {
-      _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(r));
-      if (n == 3) _mm_store_ss(p + 2, _mm_movehl_ps(r, r));
-    } else {
-      _mm_store_ss(p, r);
-    }
+    store_upto3(p, v, n);
   } else {
     alignas(64) float t[fbatch<Arch>::size];
     v.store_aligned(t);
