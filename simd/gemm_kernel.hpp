@@ -52,6 +52,10 @@ struct GemmTile<sse2> {
   static constexpr int mr = 4, nr = 8;
 };
 
+// Vectors per row of a whole register tile (nr / W).
+template <class Arch>
+inline constexpr int kGemmTileVectors = GemmTile<Arch>::nr / static_cast<int>(fbatch<Arch>::size);
+
 inline std::int64_t gemm_round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 inline std::int64_t gemm_ceil_div(std::int64_t x, std::int64_t m) { return (x + m - 1) / m; }
 
@@ -368,7 +372,7 @@ inline constexpr int64_t kBAhead = 16;
 // panel holds 1 column of AVX2's 16, and the full tile spent 2 of its 8 accumulator vectors
 // per row on zeros. On the last k block an enabled epilogue (see NoEpilogue) maps every vector
 // of the finished tile before its store.
-template <class Arch, int R, class Epi, int NV = GemmTile<Arch>::nr / static_cast<int>(fbatch<Arch>::size)>
+template <class Arch, int R, class Epi, int NV = kGemmTileVectors<Arch>>
 void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* __restrict c, int64_t ldc,
                 int64_t cols, const Store& st, const Epi& epi) {
   using B = fbatch<Arch>;
@@ -448,9 +452,10 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
   // over it step by step (each step one tight loop with its kind fixed, so the accumulators are
   // not held live across the activations' code), then copied to C: C is still written once.
   alignas(64) float t[Epi::enabled ? R * nr : 1];
-  if (cols == NV * W) {  // a whole tile (NV * W == nr), or an edge of exactly one vector
-                         // All loads of the tile first, then all stores: C's rows are often 4 KiB apart (ldc 1024),
-                         // and a load behind a store with the same low 12 address bits waits for it (4K aliasing).
+  // A whole tile (NV * W == nr), or an edge of exactly one vector.
+  if (cols == NV * W) {
+    // All loads of the tile first, then all stores: C's rows are often 4 KiB apart (ldc 1024),
+    // and a load behind a store with the same low 12 address bits waits for it (4K aliasing).
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
@@ -530,8 +535,8 @@ constexpr auto make_tile_table(std::integer_sequence<int, I...>) {
   return std::array<TileFn<Epi>, sizeof...(I)>{&micro_tile<Arch, I + 1, Epi, NV>...};
 }
 template <class Arch, class Epi>
-inline constexpr auto kTiles = make_tile_table<Arch, Epi, GemmTile<Arch>::nr / static_cast<int>(fbatch<Arch>::size)>(
-    std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
+inline constexpr auto kTiles =
+    make_tile_table<Arch, Epi, kGemmTileVectors<Arch>>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
 template <class Arch, class Epi>
 inline constexpr auto kEdgeTiles = make_tile_table<Arch, Epi, 1>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
 
