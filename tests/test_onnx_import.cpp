@@ -388,6 +388,19 @@ TEST(OnnxImport, ValueInfoGivesSymbolicAndUnknownDims) {
   EXPECT_FALSE(value_named(g, "y").has_shape);  // no value_info, no inference: not known yet
 }
 
+// ONNX's data propagation carries a symbolic shape through Shape into Reshape's output; with
+// inference's first pass alone (no propagation) the reshaped value would only have a rank.
+TEST(OnnxImport, ShapeInferencePropagatesShapeDataIntoReshape) {
+  Model m(15);
+  m.input("x", {"N", 3, 4}).input("y", {"N", 12}).output("r");
+  m.node("Shape", {"x"}, {"s"}, "shape");
+  m.node("Reshape", {"y", "s"}, {"r"}, "reshape");
+  IMPORT_OK(g, m);
+  const graph::Value& r = value_named(g, "r");
+  EXPECT_TRUE(r.has_shape);
+  EXPECT_EQ(r.dims, (Dims{Dim::sym("N"), 3, 4}));
+}
+
 // ---- conv and pooling ----------------------------------------------------------------------
 
 TEST(OnnxImport, Conv1dIsConv2dWithATrivialHSide) {
@@ -1172,6 +1185,14 @@ TEST(OnnxImportErrors, HostileModelsDoNotReachOnnxShapeInference) {
     m.input("a", {3}).input("b", {3, 4}).input("c", {4}).output("y");
     m.node("Gemm", {"a", "b", "c"}, {"y"}, "fc");
     expect_error(m.import().status(), StatusCode::invalid_argument, {"node 'fc' (Gemm)", "rank 1"});
+  }
+  {  // Shape's data propagator dereferences its input's type, null when the node that makes
+     // the input failed its inference (a fuzzer's find: a Cast to an invalid type id)
+    Model m(15);
+    m.input("x", {2}).output("s", pb::TensorProto::INT64);
+    attr_i(m.node("Cast", {"x"}, {"y"}, "cast"), "to", 1000);
+    m.node("Shape", {"y"}, {"s"}, "shape");
+    expect_error(m.import().status(), StatusCode::unsupported, {"node 'cast' (Cast", "1000"});
   }
 }
 

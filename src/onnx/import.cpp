@@ -1691,13 +1691,51 @@ class RankGuard {
   bool consistent_ = true;
 };
 
+// libonnx 1.12's data propagation (the partial evaluation that resolves Shape -> Gather ->
+// Reshape chains) reads its node's input types without a null check: Shape's propagator
+// dereferences the type of its input, which is null when no type is known for it (the node
+// that makes it failed its own inference, an error mode 0 swallows). A fuzzed Cast to an
+// invalid type id in front of a Shape is a SIGSEGV inside libonnx. So inference runs twice:
+// first without data propagation, which records every type it can as value_info; then, only
+// if every input of every node that has a data propagator got a type, again with it. The
+// second pass preloads that value_info, so no propagator sees a null type.
+bool propagators_have_typed_inputs(const pb::ModelProto& model) {
+  const pb::GraphProto& g = model.graph();
+  std::unordered_set<std::string> typed;
+  for (const auto* list : {&g.input(), &g.output(), &g.value_info()})
+    for (const pb::ValueInfoProto& vi : *list)
+      if (vi.type().value_case() != pb::TypeProto::VALUE_NOT_SET) typed.insert(vi.name());
+  // Initializers have a type of their own from IR version 4 on (before, only through an input).
+  if (model.ir_version() >= 4)
+    for (const pb::TensorProto& t : g.initializer()) typed.insert(t.name());
+  // Whichever of the file's opset versions libonnx picks for a node (it maps "" and "ai.onnx"
+  // onto each other), a propagator at any of them counts.
+  const auto propagates = [&](const pb::NodeProto& n) {
+    for (const pb::OperatorSetIdProto& o : model.opset_import()) {
+      if (o.version() < 1 || o.version() > INT_MAX) continue;
+      const pb::OpSchema* s = pb::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(o.version()), "");
+      if (s != nullptr && s->has_data_propagation_function()) return true;
+    }
+    return false;
+  };
+  for (const pb::NodeProto& n : g.node())
+    if (propagates(n))
+      for (const std::string& in : n.input())
+        if (!in.empty() && !typed.count(in)) return false;
+  return true;
+}
+
 Status run_shape_inference(pb::ModelProto& model) {
   try {
     // Node-level inference errors are skipped (error_mode 0): an op ONNX cannot infer just
-    // leaves its outputs without value_info. Data propagation resolves Shape -> Gather ->
-    // Reshape chains, which gives static dims to many more intermediates.
+    // leaves its outputs without value_info.
     pb::shape_inference::InferShapes(model, pb::OpSchemaRegistry::Instance(),
-                                     pb::ShapeInferenceOptions(false, 0, true));
+                                     pb::ShapeInferenceOptions(false, 0, false));
+    // Data propagation resolves Shape -> Gather -> Reshape chains, which gives static dims to
+    // many more intermediates.
+    if (propagators_have_typed_inputs(model))
+      pb::shape_inference::InferShapes(model, pb::OpSchemaRegistry::Instance(),
+                                       pb::ShapeInferenceOptions(false, 0, true));
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
