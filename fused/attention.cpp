@@ -31,11 +31,11 @@
 //          visible key or only -inf scores; NaN scores propagate through P and l).
 //        2^x is vmath::exp2_nonpositive (every argument is <= 0): 9 vector operations where
 //        e^x takes 11, with the scale folded into Q^T instead of a multiply per score
-//        (b1_h12_s2048_d64: 129 -> 124 ms with the vectorized transposes, 3 A/B pairs).
+//        (b1_h12_s2048_d64: a small gain with the vectorized transposes, 3 A/B pairs).
 //        Tiles (flash_tile in fused/attention.hpp): AVX-512 Bq = 64 (4 zmm of query lanes),
 //        Bk = 72, register tiles 6 keys x 64 queries (QK^T) and 4 columns of v x 64 queries (PV):
-//        D = Dv = 64 and S = 128 / 512 / 2048 leave no tile tails (measured against 48 x 64
-//        tiles with 8-row register tiles: s128 -9%, s512 -2%). AVX2 16 x 128 (6-row tiles),
+//        D = Dv = 64 and S = 128 / 512 / 2048 leave no tile tails (measured faster than 48 x 64
+//        tiles with 8-row register tiles, most at s128). AVX2 16 x 128 (6-row tiles),
 //        SSE2 8 x 128 (4-row tiles).
 //
 // Extra memory: the per-thread scratch and nothing else - attention_extra_bytes(desc, isa,
@@ -44,21 +44,18 @@
 //   201,326,592 bytes (B * H * S * S * 4) of its score matrix: 0.026% (0.052% at t2). (The simd
 //   kernel holds one head's Sq x Skv matrix per thread: 16.8 MB per thread here.)
 //
-// Measured (the reports/ snapshot of the code at e2ab59e: one opfuse-bench run, medians of 3,
-// one thread, AVX-512; probe 117 GFLOP/s fp32 FMA peak; fused / simd / oneDNN):
-//   b1_h12_s2048_d64  124 ms / 160 ms / 158 ms   (fused / simd 1.29x; two filtered runs on a
-//                     busier VM, triad 27 and 23 GB/s: 125 / 195 ms and 126 / 189 ms, 1.56x
-//                     and 1.50x - the simd stage's score matrix makes it the one that varies)
-//   b1_h12_s512_d64   8.03 ms / 9.42 ms / 9.31 ms;  +causal 4.93 ms / 5.37 ms / 10.3 ms
-//   b1_h12_s128_d64   510 us / 602 us / 563 us
-//   b1_h12_s4096_d64 (own harness, min of 2, before base 2): fused 757 ms, simd 1040 ms (1.37x):
-//     a head's score matrix (64 MiB) no longer fits the 32 MiB L3.
-// Why not more at s2048: the fused kernel runs 13.1 GFLOP in 124 ms, 106 GFLOP/s = 90% of the
-// FMA peak; perf puts ~46% of the time in the QK^T tile and ~46% in the PV tile (each ~96% of
-// the FMA roof) and ~8% in the softmax pass (2^x, the max, the sums), so ~112 ms (all FMAs at
-// peak, no exp) bounds any kernel. The unfused simd pays its three trips through L3 (the 16 MiB
-// matrix of a head fits the 32 MiB L3) on top of the same FMAs: that, ~30-60 ms depending on how
-// busy the shared L3 is, is all that fusion can win here.
+// Measured: fused / simd / oneDNN at b1_h12 s128, s512 (+causal) and s2048, one and two
+// threads, with the probe's FMA peak, are in reports/REPORT.md (attention; its "What bounds
+// the fused targets" section has the s2048 bound), or run `opfuse-bench --op attention`. The
+// fused / simd ratio varies from run to run mostly through the simd stage: its score matrix
+// makes it the one sensitive to how busy the shared L3 and DRAM are. At s4096 (own harness,
+// before base 2) a head's score matrix (64 MiB) no longer fits the 32 MiB L3, and the gap grew.
+// Why not more at s2048: the fused kernel runs 13.1 GFLOP close to the FMA peak; perf puts the
+// time about evenly in the QK^T and PV tiles (each near the FMA roof), with a small remainder
+// in the softmax pass (2^x, the max, the sums), so all FMAs at peak with no exp bound any
+// kernel. The unfused simd pays its three trips through L3 (the 16 MiB matrix of a head fits
+// the 32 MiB L3) on top of the same FMAs: that, larger or smaller depending on how busy the
+// shared L3 is, is all that fusion can win here.
 #include <algorithm>
 #include <cassert>
 #include <cmath>

@@ -27,20 +27,15 @@
 //   * depthwise: fused/conv_dw.cpp, its own unit (see fused/conv_common.hpp for why).
 //   * pool steps and any other post-op kind: declined (the simd kernels serve them).
 //
-// MEASURED (the reports/ snapshot of the code at e2ab59e: one opfuse-bench run, medians of 3, one
-// thread, AVX-512; fused / simd / oneDNN, the chain as in the case name):
-//   1x1 256 -> 64 @56 +bn+add+relu       0.99 / 1.21 / 1.06 ms
-//   1x1 64 -> 256 @56 +bn+add+relu       1.25 / 1.70 / 1.28 ms
-//   1x1 1024 -> 256 @14 +bn+relu         1.16 / 1.20 / 1.01 ms
-//   1x1 320 -> 1280 @7 +bn+relu6         602 / 831 / 461 us  (49 pixels: the GEMM's second
-//                                        32-column panel holds 17, so 77% of its lanes work;
-//                                        this direct kernel instead measured 841 us)
-//   3x3 128 -> 128 @28 +bn+relu          2.26 / 2.20 / 2.03 ms
-//   3x3 256 -> 256 @14 +bn+relu          2.34 / 2.38 / 2.03 ms
-//   3x3 512 -> 512 @7 +bn+relu           3.69 / 3.73 / 3.64 ms  (weights packed every call)
-//   The 3-channel stems run the nchw_smallc kernels (fused/conv_dw.cpp) since e2ab59e:
-//   3x3/2 3 -> 32 @224 +bn+relu6 262 / 320 / 245 us, 7x7/2 3 -> 64 @224 +bn+relu 2.22 / 2.38 /
-//   2.17 ms (this kernel: 436 / 423 us and 2.75 / 2.60 ms in the snapshot of ba8b496).
+// Measured: fused / simd / oneDNN on the ResNet / MobileNet layers (1x1 256 -> 64 and 64 -> 256
+// @56 +bn+add+relu, 1x1 1024 -> 256 @14, 1x1 320 -> 1280 @7 +bn+relu6, 3x3 128 @28, 256 @14 and
+// 512 @7 +bn+relu, the stems), one and two threads, are in reports/REPORT.md (conv2d), or run
+// `opfuse-bench --op conv2d`. Notes the figures do not show:
+//   1x1 320 -> 1280 @7: 49 pixels, so the GEMM's second 32-column panel holds 17 and 77% of its
+//   lanes work; still, the GEMM measured clearly faster there than this file's direct kernel.
+//   3x3 512 -> 512 @7: the figures include packing the weights on every call.
+//   The 3-channel stems run the nchw_smallc kernels (fused/conv_dw.cpp) since e2ab59e; this
+//   file's direct kernel had been slower than them on both stems (snapshot of ba8b496).
 #include <algorithm>
 #include <array>
 #include <cassert>
@@ -100,7 +95,7 @@ void fold_weights(const ConvGeom& g, const float* w, const float* sc, float* wou
 // image outgrows L2. An image that fits is one block: every extra column block packs all of A
 // (the weights, times the folded scale) once more, which for a small image costs more than
 // the block saves (c1024 -> k256 at 14 x 14: four blocks of 64 columns packed the 1 MiB of
-// weights four times; one block: 1.33 -> 1.18 ms, 3 A/B pairs).
+// weights four times; one block measured faster, 3 A/B pairs).
 template <class Arch>
 i64 conv1x1_nc_cap(const ConvGeom& g) {
   if (g.x_nhwc) return 0;
@@ -148,7 +143,7 @@ struct DirectTileEpi {
     if (epi) map(acc, ys);
   }
   // Out of line: inlined, its spill code changed the register allocation of direct_tile's FMA
-  // loop (fused 3x3 128 -> 128 @28 measured 4% slower, 5 A/B pairs).
+  // loop (fused 3x3 128 -> 128 @28 measured slower, 5 A/B pairs).
   template <int MR, int NV>
   [[gnu::noinline]] void map(fbatch<Arch> (&acc)[MR][NV], float* const* ys) const {
     constexpr int Wd = static_cast<int>(fbatch<Arch>::size);

@@ -9,13 +9,13 @@
 //        row chunk's accumulator vectors.
 //   NHWC (dw_nhwc_run): channels in lanes; the map runs on each vector of a pixel's channels.
 // After folding, MobileNet's dw + BN + ReLU6 is one activation, run with its kind fixed for the
-// call. Measured, 3x3 144 @56 +bn+relu6 t1 (one opfuse-bench run, medians of 3; simd -> fused,
-// oneDNN): NCHW stride 1 341 -> 298 us (225), stride 2 237 -> 208 us (96.4), NHWC 231 -> 170 us
-// (137). oneDNN stays ahead on depthwise.
+// call. Measured on 3x3 144 @56 +bn+relu6 (NCHW stride 1 and 2, NHWC), simd / fused / oneDNN:
+// reports/REPORT.md (conv2d), or run `opfuse-bench --op conv2d`.
 // Few input channels, NCHW (ConvSmallC, below): simd's smallc kernel on BN-folded weights with
 // the chain on its 8-channel x 1-3-vector tile (a lone activation with its kind fixed, as for
-// depthwise). MobileNet's 3x3/2 3->32 @224 +bn+relu6 t1: simd ~325 us, fused ~265 us (oneDNN
-// ~250; the fused NHWC direct kernel it replaces ~430 us), 3 A/B pairs on a quiet VM.
+// depthwise). On MobileNet's 3x3/2 3->32 @224 +bn+relu6 stem it beat both simd's smallc kernel
+// and the fused NHWC direct kernel it replaces, by a wide margin over the latter (3 A/B pairs on
+// a quiet VM); simd / fused / oneDNN for that case are in reports/REPORT.md (conv2d).
 #include <algorithm>
 #include <array>
 #include <cstdint>

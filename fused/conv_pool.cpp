@@ -24,24 +24,17 @@
 //        tile_avx512_7x4: the one place this file leaves xsimd, and why). The layout transform
 //        of the pooled rows into NCHW y is a register transpose (simd/transpose.hpp).
 //
-// Measured (ResNet-50 stem, the opfuse-bench case
-// conv2d/<impl>/n1_c3_h224_w224_k64_r7_s2_p3+bn+relu+maxpool3s2p1: x 1x3x224x224 NCHW, w 64x3x7x7
+// Measured: the ResNet-50 stem, the opfuse-bench case
+// conv2d/<impl>/n1_c3_h224_w224_k64_r7_s2_p3+bn+relu+maxpool3s2p1 (x 1x3x224x224 NCHW, w 64x3x7x7
 // stride 2 pad 3, + bn + relu + maxpool 3x3/2 pad 1 -> y 1x64x56x56; AVX-512, weights not
-// bound at prepare). The 2-core VM was shared with other engineers' builds (load 8-16), so
-// wall times were 2-3x the CPU times and swapped ranks between runs; the figures are Google
-// Benchmark's CPU time per call at t1 (medians; run A 3 repetitions, run B 5):
-//                                   run A     run B     GFLOP/s (B)
-//   conv2d__fused_avx512_pool       2.49 ms   2.83 ms   85
-//   conv2d__simd_avx512_pool        4.08 ms   4.31 ms   56      fused/simd   1.64x  1.52x
-//   conv2d__onednn (conv + pool)    2.26 ms   2.43 ms   99      fused/oneDNN 0.91x  0.86x
-// The same convolution without the pool (run B): simd 3.43 ms, fused 3.27 ms, oneDNN 2.32 ms;
-// so simd's pool pass over the 3.2 MB conv output costs ~0.9 ms, oneDNN's ~0.1 ms (it pools
-// in its blocked nChw16c layout), and this kernel's conv + pool is faster than the fused
-// conv alone (2.83 vs 3.27 ms: the 7 x 4 tile). About 90% of the time is the FMA loop: the
-// 7 x 4 tile alone runs the stem's 7.4M FMAs in 2.12 ms in a standalone loop (about one zmm
-// FMA per cycle), against ~3.3 ms for the xsimd 6 x 4 tile it replaced, which GCC compiles
-// with a vbroadcastss per pixel. The padded NHWC copy of x is ~4%, the width pooling ~3%.
-// t2 could not be measured meaningfully under that load (wall medians 20-80 ms for all three).
+// bound at prepare), fused / simd / oneDNN at one and two threads, is in reports/REPORT.md
+// (conv2d), next to the same convolution without the pool (..._p3+bn+relu); or run
+// `opfuse-bench --op conv2d`. The difference between the two cases is what the pool costs:
+// simd's pool pass reads the 3.2 MB conv output back, oneDNN's is cheap (it pools in its
+// blocked nChw16c layout), and this kernel has no such pass. Most of the time is the FMA loop:
+// the 7 x 4 tile alone runs the stem's 7.4M FMAs at about the FMA peak in a standalone loop,
+// well ahead of the xsimd 6 x 4 tile it replaced, which GCC compiles with a vbroadcastss per
+// pixel. The padded NHWC copy of x and the width pooling take a few percent each (perf).
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
@@ -158,8 +151,8 @@ inline fbatch<Arch> epilogue(const Epilogue& ep, fbatch<Arch> v, i64 k) {
 // with the FMAs for the vector pipes and leaves no room for a 7th pixel) and spills the
 // accumulator array as soon as an FMA is an asm statement. Here each FMA takes its input as an
 // embedded {1to16} broadcast memory operand, as oneDNN's JIT emits it. Measured on the stem's
-// tile loop alone (112 rows x 16 tiles x 147 taps, 1 thread): 2.12 ms for 7.4M FMAs, about one
-// zmm FMA per cycle, against 3.3 ms for the xsimd 6 x 4 tile.
+// tile loop alone (112 rows x 16 tiles x 147 taps = 7.4M FMAs, 1 thread), it issues about one
+// zmm FMA per cycle, the peak, where the xsimd 6 x 4 tile took markedly longer.
 // Loops: window rows (R, pointers advance by row_adv bytes after the last tap column), tap
 // columns (taps, advance by col_step bytes), contiguous channels (chans, 4 bytes apart). The
 // accumulators start from `bias` (64 floats) and end in `out` (28 x 16 floats, pixel-major).

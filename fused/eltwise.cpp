@@ -20,21 +20,22 @@
 //        a, b in; y out): 256 MiB instead of the simd stage's 640 MiB.
 //        Threads: flat runs are split in 4096-float chunks, multi-dim plans by outer rows.
 //        y may alias x (allows_inplace): each block is loaded before it is stored.
-// Measured (opfuse-bench --benchmark_repetitions=5, medians, 1 thread, AVX-512, the 2-core VM
-// quiet, two runs):
-//   n16777216 add,gelu_erf,mul,relu   simd 24.2 / 25.1 ms   fused 12.4 / 13.0 ms   1.96x / 1.93x
-//   (blocks of U = 2 vectors: fused 14.3 - 15.5 ms; U = 8 spills: 17 - 19 ms)
+// Measured: simd / fused on the bench chain (n16777216 add,gelu_erf,mul,relu) are in
+// reports/REPORT.md (eltwise_chain; its "What bounds the fused targets" section models the
+// bound below with the run's own figures), or run `opfuse-bench --op eltwise_chain`. The block
+// size U was chosen by A/B runs (see kUnroll below).
 // Why not the 2.5x the traffic ratio (640 / 256 MiB) promises: that ratio is only reached when
 // both stages run at the same bandwidth, and the chain is not memory-bound on one core. gelu_erf
-// (vmath.hpp: ~34 vector operations) costs ~0.57 ns per element in cache (gelu/simd/n128_c3072),
-// ~9.5 ms of the 16M elements, which both stages pay in full; the fused chain's other steps add
-// ~1.5 ms of arithmetic, and its 256 MiB need ~9 ms at the ~29 GB/s this core streams (relu).
-// The fused pass is arithmetic-bound, not memory-bound: ~39 vector operations per 16 elements
-// (gelu ~34, add, mul, relu, three loads, a store) at 12.4 ms is ~43 cycles per vector at
-// 3.66 GHz - Zen 4 issues one 512-bit multiply-add-class operation per cycle, and most of
-// gelu's are - with the DRAM traffic hidden underneath. The simd stage pays the same gelu plus
-// three memory-bound passes (add, mul, relu: ~5 + 5 + 4.4 ms). A software prefetch of the input
-// streams (256 - 2048 floats ahead) measured slower than the hardware prefetcher alone.
+// (vmath.hpp: ~34 vector operations), timed in cache (gelu/simd/n128_c3072) and scaled to the 16M
+// elements, cost about as much as the fused pass's 256 MiB took at the bandwidth this core
+// streamed (relu) when this was worked out, and both stages pay it in full; the fused chain's
+// other steps add a little arithmetic on top. The fused pass was arithmetic-bound, not
+// memory-bound: ~39 vector operations per 16 elements (gelu ~34, add, mul, relu, three loads, a
+// store), and its time worked out at about one such operation per cycle - Zen 4 issues one
+// 512-bit multiply-add-class operation per cycle, and most of gelu's are - with the DRAM traffic
+// hidden underneath. The simd stage pays the same gelu plus three memory-bound passes (add, mul,
+// relu). A software prefetch of the input streams (256 - 2048 floats ahead) measured slower than
+// the hardware prefetcher alone.
 #include <cassert>
 #include <cstring>
 #include <type_traits>
@@ -149,8 +150,8 @@ template <class Arch, int U>
 }
 
 // Vectors per block: U independent dependency chains through the polynomial steps, as in the
-// simd unary loop. AVX-512: 4 (out of cache, the bench chain: U = 2 14.3 - 15.5 ms, U = 4
-// 12.4 - 13.0 ms, U = 8 spills: 17 - 19 ms; more loads in flight per block); AVX2 / SSE2: 2 (four
+// simd unary loop. AVX-512: 4 (out of cache, on the bench chain U = 4 measured faster than U = 2
+// - more loads in flight per block - and U = 8 spills and was slowest); AVX2 / SSE2: 2 (four
 // blocks of temporaries spill on their 16 registers).
 template <class Arch>
 constexpr int kUnroll = std::is_same_v<Arch, simd::avx512> ? 4 : 2;

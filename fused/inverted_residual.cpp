@@ -30,18 +30,15 @@
 // 144 * 56 * 56 * 4 = 1.8 MB and d = 1.8 MB; the fused kernel's per-thread buffers are the ring,
 // 3 * 58 * 144 * 4 = 100 KB (L2), and the d and y tiles, 6 * (144 + 32) * 4 = 4.2 KB (L1). The
 // stride-2 block 16 -> 24 at 112x112 (Ce = 96): e = 4.8 MB and d = 1.2 MB against a 131 KB ring.
-// Measured (the reports/ snapshot of the code at e2ab59e: one opfuse-bench run, medians of 3, one
-// thread, AVX-512; simd / fused / oneDNN):
-//   n1_c24_h56_w56_t6+res         1.07 ms / 698 us / 712 us   (fused / simd 1.53x)
-//   n1_c16_h112_w112_t6_k24_s2    1.53 ms / 751 us / 779 us
-//   n1_c32_h28_w28_t6+res         426 us / 266 us / 272 us
-//   n1_c96_h14_w14_t6+res         793 us / 500 us / 474 us
-//   n1_c160_h7_w7_t6+res          814 us / 431 us / 386 us
-// At two threads the small blocks were held back by the per-call fold_pack on one thread
-// (c160 @7: 391 us in that snapshot, t2/t1 1.10); as jobs over the team (6d1b6fe) 313 us, and
-// c96 @14 352 -> 312 us (3 A/B pairs; oneDNN 275 / 286 us in the snapshot).
-// perf on the 56x56 block: projection 36% (its 24 output channels fill 2 AVX-512 vectors, 25% of
-// the lanes idle), expansion 34%, depthwise + the NCHW transpose of the y tile 29%.
+// Measured: simd / fused / oneDNN on the MobileNetV2 blocks (c24 @56, the stride-2 c16 @112, c32
+// @28, c96 @14, c160 @7) at one and two threads are in reports/REPORT.md (inverted_residual), or
+// run `opfuse-bench --op inverted_residual`.
+// At two threads the small blocks were held back by the per-call fold_pack on one thread (c160
+// @7 barely gained from the second thread); run as jobs over the team (6d1b6fe), fold_pack no
+// longer holds c160 @7 and c96 @14 back at t2 (3 A/B pairs).
+// perf on the 56x56 block: projection (its 24 output channels fill 2 AVX-512 vectors, 25% of the
+// lanes idle), expansion, and depthwise + the NCHW transpose of the y tile take about a third
+// of the time each.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -148,8 +145,8 @@ Fold fold_of(const Tensor* const* in, std::size_t first, float eps) {
 // dst (cols rows, row step ldd) = src (rows x cols, row step lds) transposed, and each dst row's
 // first `rows` floats times m[0 .. rows): the packed layout's channel lanes times the folded
 // batchnorm's multipliers. Through transpose_2d's register blocks: one float at a time, strided
-// on one side, the per-call packing of the 160-channel block at 7x7 (Ce = 960) took ~15% of its
-// time, all of it on one thread.
+// on one side, the per-call packing of the 160-channel block at 7x7 (Ce = 960) took a sizeable
+// share of its time, all of it on one thread.
 template <class Arch>
 void transpose_scaled(const float* src, i64 lds, i64 rows, i64 cols, const float* m, float* dst, i64 ldd) {
   using B = fbatch<Arch>;

@@ -31,17 +31,13 @@
 //          blocks of 4 vectors per rescale), a second read writes e^(z - m) / s, so y is never
 //          written twice. Fully masked rows give 0, a NaN (or +inf: inf - inf) makes the row NaN
 //          (naive's rules), decided from the sum alone.
-// Measured (opfuse-bench, one run, medians of 3, 1 thread, AVX-512; this 2-core Zen 4 VM is
-// shared and its one-core STREAM triad measured 21.6 GB/s in that run, ~31 when quiet):
-//   layernorm 4096 x 768 + residual   simd 1744 us   fused 1003 us   1.74x   (oneDNN 1804 us)
-//   rmsnorm    512 x 4096 + residual  simd  885 us   fused  744 us   1.19x   (oneDNN 1692 us)
-//     (everything fits the 32 MiB L3 there, so simd's extra pass over s is cheap)
-//   64 MiB, no residual / no mask, GB/s (x read + y write):   simd   fused   oneDNN
-//     softmax   4096 x 4096 (before row pipelining)             17.6   16.4    10.2
-//       pipelined (another session, medians of 5)            22.4 - 25.9   20.9 - 25.5
-//     layernorm 4096 x 4096                                    19.5   19.7    11.4
-//     rmsnorm   4096 x 4096                                    21.3   20.6     6.0
-//   - fused equals simd there (the same row kernel; no residual or mask to fuse).
+// Measured: simd / fused / oneDNN for layernorm 4096 x 768 + residual (BERT-base, over the L3,
+// where fusing the residual pays most) and rmsnorm 512 x 4096 + residual (everything fits the
+// 32 MiB L3 there, so simd's extra pass over s is cheap and fusion gains less), and for the
+// 64 MiB softmax / layernorm / rmsnorm 4096 x 4096 without residual or mask, are in
+// reports/REPORT.md (softmax, layernorm, rmsnorm) with the run's STREAM triad to compare
+// against; or run `opfuse-bench --op layernorm` (softmax, rmsnorm). Without a residual or mask
+// fused equals simd (the same row kernel; nothing to fuse).
 #include <array>
 #include <cassert>
 #include <cmath>
@@ -492,8 +488,8 @@ void Norm::operator()(Arch, const KernelArgs& args) const {
     if (!stream) return run_rows(rb, re, buf, [] {});  // in cache: no prefetch bookkeeping at all
     // Streaming: the rows of x (and residual) pfr ahead flow into L2 through both passes of
     // each row, as in simd. With a residual, pacing both streams through the statistics pass
-    // too (before: during the normalize pass only) measured 941-985 against 970-1175 us on
-    // BERT's 4096 x 768 add & norm (medians, 9 A/B pairs, 7 faster; with 4 KiB pages it had
+    // too (before: during the normalize pass only) measured faster and steadier on BERT's
+    // 4096 x 768 add & norm (9 A/B pairs, most of them faster; with 4 KiB pages it had
     // measured slower).
     RowPrefetch<Arch> ax(xp, (rb + pfr) * n, re * n, 2);
     if (rp) {

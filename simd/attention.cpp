@@ -26,15 +26,14 @@
 // fused: flash attention (fused/attention.cpp) - K/V streamed in tiles, running max / sum and
 //        the O^T tile kept in L1, the score matrix never written to memory.
 //
-// Measured (opfuse-bench --threads 1, medians of 3 repetitions, the median of 3 such runs, CPU
-// time on a shared 2-vCPU AMD EPYC VM; see fused/attention.cpp for the setup):
-//   b1_h12_s128_d64   simd 656 us   oneDNN 576 us  (simd / oneDNN time 1.11, 1.20, 1.14)
-//   b1_h12_s512_d64   simd 9.58 ms  oneDNN 10.6 ms (0.88, 0.98, 0.90)
-//     +causal         simd 6.20 ms  oneDNN 11.2 ms (oneDNN adds a -inf mask and computes all)
-//   b1_h12_s2048_d64  simd 158 ms   oneDNN 160 ms
-//   (Issue 3 put the previous kernel, 4 query rows with their own FMA dot products, at ~1.5x
-//   oneDNN's time.) At s128 ~73% of the time is the GEMM micro-kernel, ~12% packing (K^T is
-//   transposed by scalar copies, Q by register transposes) and ~12% the softmax pass.
+// Measured: b1_h12 at s128, s512 (also causal, where oneDNN adds a -inf mask and computes all
+// the scores, so the skipped triangle shows) and s2048, against naive, oneDNN and the fused
+// stage, are in reports/REPORT.md (attention), or run `opfuse-bench --op attention`. Moving
+// both products onto the packed GEMM brought this stage about level with oneDNN when it was
+// measured; the previous kernel (issue 3), 4 query rows with their own FMA dot products, had
+// been well behind it. At s128 most of the time is the GEMM
+// micro-kernel; the rest splits between packing (K^T is transposed by scalar copies, Q by
+// register transposes) and the softmax pass (perf).
 #include <algorithm>
 #include <cassert>
 #include <cmath>

@@ -23,17 +23,20 @@
 //        every tap of every stride is a contiguous vector load along the output width; in NHWC
 //        it vectorizes along channels. The copy is vector loads (stride 1) or a register
 //        deinterleave (stride 2), a row takes only the vectors it needs, and the chain runs
-//        over ~512 outputs at a time with the rows merged: dw 3x3 144 @56 +bn+relu6 t1 went
-//        545 -> 392 us (stride 1) and 435 -> 237 us (stride 2) with these (A/B pairs).
+//        over ~512 outputs at a time with the rows merged; in A/B pairs these made dw 3x3 144
+//        @56 +bn+relu6 t1 clearly faster at stride 1 and more so at stride 2 (current figures:
+//        reports/REPORT.md, conv2d).
 //   * nchw_smallc - few input channels (C <= 4: the RGB stems), groups 1, NCHW in and out. The
 //        direct kernel's broadcast of x feeds one FMA per output vector when C is 3, and its two
-//        transposes were ~20% of the 3-channel stem. Here the depthwise kernel's phase-split
-//        planes hold the C input channels (per thread, only the input rows the thread's output
-//        rows read), and an 8-output-channel x 1-3-vector register tile along the output row
-//        sums the C*R*S taps, each tap's vector loads shared by 8 weight broadcasts (simd/
-//        conv_kernel.hpp, smallc_run). The chain runs over ~64 KB of finished rows at a time.
-//        MobileNet's 3x3/2 3->32 @224 +bn+relu6 t1: 424 -> ~325 us (oneDNN ~250); the fused
-//        stage's (chain on the registers) ~265 us.
+//        transposes were a large share of the 3-channel stem. Here the depthwise kernel's
+//        phase-split planes hold the C input channels (per thread, only the input rows the
+//        thread's output rows read), and an 8-output-channel x 1-3-vector register tile along
+//        the output row sums the C*R*S taps, each tap's vector loads shared by 8 weight
+//        broadcasts (simd/conv_kernel.hpp, smallc_run). The chain runs over ~64 KB of finished
+//        rows at a time.
+//        It made MobileNet's 3x3/2 3->32 @224 +bn+relu6 stem faster than the direct kernel; how
+//        it compares with oneDNN and with the fused stage's version (chain on the registers) is
+//        in reports/REPORT.md (conv2d).
 //   Bias initializes the accumulators. The post-op chain (batchnorm per channel, binary with a
 //   broadcast operand, activation) runs as one vectorized pass per output tile right after the
 //   tile is stored, while it is still in L1/L2 (all steps per vector, no extra pass over y).
@@ -43,21 +46,17 @@
 // Threads: nhwc_direct splits every per-call pass - the weight packing (when w is not bound at
 // prepare), the padded NHWC copy and the output rows with their NCHW transpose - over the team;
 // the rows of all images are split evenly to one row per thread (then into blocks of <= RB rows).
-// Measured on 3x3 64->64 @56 t2: packing serially before the parallel passes cost 0.21 ms
-// (1.42 vs 1.21 ms per call, ~10x its own t1 time), the main reason t2/t1 was 1.40.
+// On 3x3 64->64 @56 t2, packing serially before the parallel passes took far longer than its
+// own t1 time and was the main reason t2/t1 fell short of 2.
 //
-// Measured (opfuse-bench, AVX-512, medians of 3, one run on the 2-core VM, load ~1.2; compare
-// ratios inside the run; GFLOP/s, t1 / t2):
-//   case                                simd                  oneDNN                simd/oneDNN t1
-//   3x3 64->64 @56 (nhwc_direct)        97.0 / 187.5  1.93x   113.3 / 219.4  1.94x  0.86x
-//   1x1 256->64 @56 +bn+add+relu (1x1)  80.4 / 148.4  1.85x    99.9 / 191.9  1.92x  0.80x
-//   7x7/2 3->64 @224 +bn+relu (direct)  79.8 / 160.3  2.01x   110.6 / 219.6  1.99x  0.72x
-//   dw 3x3 144 @56 +bn+relu6 (dw)       15.6 /  30.1  1.93x    39.3 / (noisy)        0.40x
-//   (naive ~1-2.5 GFLOP/s and Eigen 3x3 ~80 / 140 in earlier runs; not rerun here.)
-//   In nhwc_direct ~94% of the 3x3 t1 time is the micro-kernel (perf), which runs at ~96% of
-//   the FMA peak in its steady state; the two layout transposes are ~3% since they go through
-//   registers (simd/transpose.hpp). As scalar strided copies they were ~14% of the call, and
-//   moving to register transposes took 3x3 64->64 @56 from 2.50 to 2.31 ms (4 A/B pairs).
+// Measured: each kernel's cases (3x3 64->64 @56, 1x1 256->64 +bn+add+relu, 7x7/2 stem, dw 3x3
+// 144, ...) against naive, oneDNN and Eigen at 1 and 2 threads are in reports/REPORT.md
+// (conv2d; reports/avx2/ for AVX2), or run `opfuse-bench --op conv2d`.
+//   In nhwc_direct nearly all of the 3x3 t1 time is the micro-kernel (perf), which runs close
+//   to the FMA peak in its steady state; the two layout transposes are a small share since they
+//   go through registers (simd/transpose.hpp). As scalar strided copies they were a sizeable
+//   share of the call, and moving to register transposes made 3x3 64->64 @56 measurably faster
+//   (A/B pairs).
 #include <algorithm>
 #include <array>
 #include <cassert>

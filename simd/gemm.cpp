@@ -3,7 +3,7 @@
 // The story.
 // naive (naive/gemm.cpp): the i-k-j triple loop. Each y row is rewritten K times and every b
 //   row is read M times straight from memory; the compiler vectorizes the j loop but one FMA
-//   per load and store keeps it memory-bound (see the measured table below).
+//   per load and store keeps it memory-bound (measured: reports/REPORT.md, gemm).
 // simd (this file, machinery in gemm_kernel.hpp): the BLIS loop nest. op(a) and op(b) are
 //   copied ("packed") into contiguous panels in exactly the order the micro-kernel reads them,
 //   which also makes trans_a / trans_b free inside the hot loop. The micro-kernel keeps an
@@ -25,8 +25,8 @@
 //       regime. What each k block does cost is per C tile - zeroing, a load and a store of C
 //       after the first block, the FMA pipeline's fill and drain - so fewer, deeper blocks win:
 //       kc = L2 / 2 / (4 * 128) (half of L2 still holds a 128-row A block), clamped to
-//       [256, 1024] -> 1024. 1024^3, t1 (thread CPU time, min of 12): kc 256: 94, 512: 98,
-//       1024: 100-102 GFLOP/s. K is split into ceil(K / KC) near-equal blocks.
+//       [256, 1024] -> 1024. At 1024^3, t1 (thread CPU time), the rate rose with each step
+//       from kc 256 to 512 to 1024. K is split into ceil(K / KC) near-equal blocks.
 //   MC: the packed mc x kc A block stays in half of L2 while every B micro-panel passes it:
 //       mc = 0.5 * L2 / (4 * kc), a multiple of mr -> 126. A thread's rows are cut into
 //       ceil(rows / mr) near-equal row tiles (1024 rows: 74 tiles of 13 or 14 rows), grouped
@@ -39,8 +39,9 @@
 //   kc = 1024 here), each element of B is used by that single block, so packing B would copy
 //   it once in order to read it once. The micro-kernel then reads b's rows where they are
 //   (row step ldb, prefetched 16 k steps ahead), with no B buffer and no barriers; only a
-//   right-edge panel narrower than nr is packed (zero-padded). 128x3072x768+bias+gelu, t1:
-//   7.6 -> 6.5 ms (packing B, 9 MiB, had been ~15% of the call). Read in place, the kc rows of
+//   right-edge panel narrower than nr is packed (zero-padded). On 128x3072x768+bias+gelu, t1,
+//   packing B (9 MiB) had been a sizeable share of the call, and reading in place saved it
+//   (run `opfuse-bench --op gemm`). Read in place, the kc rows of
 //   a micro-panel sit ldb apart and share few cache sets, so with many row tiles reusing the
 //   panel (AVX2's 6-row tiles: 22 of them for 128 rows), or with a transposed B or rows more
 //   than a page apart, each micro-panel is instead packed alone into one kc x nr buffer right
@@ -53,21 +54,22 @@
 //   rows stream in order instead, 8 (4 for 3-4 rows) at a time, into accumulator rows in L1;
 //   a transposed B (PyTorch's Linear weight, (n, k)) is read as 8 (4) rows of dot products
 //   with A's rows. Threads split the columns. The row count is a template parameter: with it
-//   at run time the broadcast A values lived on the stack and the pass ran at 190-215 us.
-//   Before -> after, medians of A/B pairs, t1 / t2 (oneDNN):
-//     1x1000x2048+bias (B 8 MiB, in L3)        182 -> 131 us (125-135) / 134 -> 93 us (73-78)
-//     1x4096x4096, B^T (64 MiB, from DRAM)   23.7 -> 2.76 ms (4.6-5.2)  / 10.1 -> 1.52 ms
-//       (the loop nest packed - transposed - all 64 MiB of B on every call; Eigen 2.4-2.9 ms)
+//   at run time the broadcast A values lived on the stack and the pass ran clearly slower.
+//   A/B pairs against the loop nest, t1 and t2, showed it faster on both 1x1000x2048+bias
+//   (B 8 MiB, in L3) and 1x4096x4096 with B^T (64 MiB, from DRAM: the loop nest packed -
+//   transposed - all 64 MiB of B on every call, so the gain there is large); the current
+//   figures, with oneDNN and Eigen, are in reports/REPORT.md (gemm).
 // A packing on AVX-512: 16 k steps of a tile's rows are loaded as 16 vectors and transposed in
-//   registers (unpacks, then 128-bit lane shuffles) instead of moved one float at a time:
-//   1024^3, perf: 4.6% -> 1.6% of the time.
+//   registers (unpacks, then 128-bit lane shuffles) instead of moved one float at a time: at
+//   1024^3 (perf) A packing's share of the time shrank severalfold, to a small one.
 // Threads (OpenMP, args.threads through team_size()): a tm x tn grid over the rows and the
 // columns of each nc block minimizing rows/tm + cols/tn, ties splitting the columns. With one
 // row of threads (tm == 1) every thread packs exactly the B panels it multiplies and runs with
-// no barrier at all (1024^3: 2.0x on 2 threads, 1.83x with the shared B block and two barriers
-// per k block); with tm > 1 the team packs each B block together between two barriers.
-// Measured on the way: the A rows (short 1 KiB streams the hardware prefetcher misses) were 80%
-// of the packing time until the next tile's rows were prefetched (1024^3, KC 128: ~90 -> ~98);
+// no barrier at all (at 1024^3 it scaled to 2 threads visibly better than the shared B block
+// with two barriers per k block; thread scaling: reports/REPORT.md); with tm > 1 the team packs
+// each B block together between two barriers.
+// Found on the way: the A rows (short 1 KiB streams the hardware prefetcher misses) were most
+// of the packing time until the next tile's rows were prefetched (1024^3, KC 128, perf);
 // a C tile that is read is prefetched into L2, and into L1 only 32 k steps before its store,
 // since with ldc = 1024 its 14 rows share two L1 sets; on the last k block the next tile's C
 // lines are prefetched one tile ahead with write intent (a fresh C otherwise makes every store
@@ -79,14 +81,12 @@
 // are always packed at execute, into per-thread slices of the workspace. Execute allocates
 // nothing.
 //
-// Measured (opfuse-bench, GFLOP/s, median of 3, one run on the 2-core Zen 5 VM while idle;
-// AVX-512 FMA peak ~117 per core; b is not bound at prepare, so B packing is included):
-//   case                        naive t1 | simd t1  t2    | oneDNN t1  t2  | Eigen t1  t2
-//   1024x1024x1024                 14.3  |  99.4  198.9  |  106.9  215.1  |  100.7  210.1
-//   128x3072x768 +bias+gelu        10.7  |  92.9  178.2  |   97.8  203.5  |   47.6   64.5
-//   128x768x3072 +bias             13.3  |  97.4  179.9  |  110.1  212.6  |   98.6  117.5
-// The micro-kernel alone (L1-resident panels) runs at 117 GFLOP/s, the FMA peak; at 1024^3 it
-// is ~95% of the time, packing A 1.6% and packing B 2.3% (perf, t1).
+// Measured: opfuse-bench's gemm cases (1024^3, 128x3072x768 +bias+gelu, 128x768x3072 +bias,
+// ...) against naive, oneDNN and Eigen at 1 and 2 threads, with the probe's FMA peak, are in
+// reports/REPORT.md (gemm; reports/avx2/ for AVX2); b is not bound at prepare there, so B
+// packing is included. `opfuse-bench --op gemm` measures them here.
+// The micro-kernel alone (L1-resident panels) runs at the FMA peak; at 1024^3 it is nearly all
+// of the time, packing A and packing B a few percent each (perf, t1).
 #include <cassert>
 #include <cmath>
 #include <cstdint>

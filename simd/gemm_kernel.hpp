@@ -73,7 +73,7 @@ GemmBlocking gemm_blocking() {
   // KC: deep. Both micro-panels stream from L2 (the A micro-panel prefetched by the kernel, the
   // B micro-panel, kc x nr, by the hardware), so L1 does not bound kc; every k block costs each
   // C tile a load, a store and a pipeline fill and drain, so fewer, deeper blocks win (1024^3:
-  // kc 256 -> 1024 measured +5%). Bound: half of L2 still holds a 128-row A block.
+  // kc 1024 measured faster than 256). Bound: half of L2 still holds a 128-row A block.
   std::int64_t kc = static_cast<std::int64_t>(cs.l2) / 2 / (128 * f) / 8 * 8;
   kc = std::clamp<std::int64_t>(kc, 256, 1024);
   // MC: the mc x kc packed A block stays in half of L2 while every B micro-panel streams by.
@@ -211,7 +211,7 @@ using std::int64_t;
 // ---- packing ----------------------------------------------------------------------------------
 // The row tiles of an mc-row block: ceil(mc / mr) tiles of near-equal height (tile q covers
 // rows [q * mc / t, (q + 1) * mc / t)), so 128 rows are 8 x 13 + 2 x 12 rows instead of 9 x 14
-// + one 2-row tile that would run at a fraction of the FMA rate (measured ~2% at M = 128).
+// + one 2-row tile that would run at a fraction of the FMA rate (measurably slower at M = 128).
 template <class Arch>
 struct RowTiles {
   int64_t mc, t;
@@ -251,7 +251,7 @@ void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, 
 #ifdef __AVX512F__
     if constexpr (std::is_same_v<Arch, xsimd::avx512f>) {
       // AVX-512: 16 k steps of the tile's (up to 14) rows at a time, transposed in registers
-      // (1024^3: packing A one float at a time was 4.6% of the time).
+      // (1024^3: packing A one float at a time was a visible share of the time, perf).
       const float* src[16];
       for (int64_t i = 0; i < 16; ++i) src[i] = g.a + (i0 + r0 + (i < rows ? i : 0)) * g.lda + k0;
       int64_t k = 0;
@@ -613,8 +613,8 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
 // Splits `threads` into a tm x tn grid over (rows, columns) minimizing the per-thread
 // perimeter rows/tm + cols/tn (the packed data each thread touches). Ties split the columns:
 // with tm == 1 every thread packs exactly the B micro-panels it multiplies, so no barrier is
-// needed and no panel crosses cores (measured at 1024^3, 2 threads: 1.83x -> see gemm.cpp),
-// at the price of each thread packing all rows of A.
+// needed and no panel crosses cores (at 1024^3 it scaled better on 2 threads than a shared B
+// block with barriers; see gemm.cpp), at the price of each thread packing all rows of A.
 inline std::pair<int, int> thread_grid(int64_t m, int64_t n, int threads) {
   std::pair<int, int> best{threads, 1};
   double best_cost = 1e300;

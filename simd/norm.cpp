@@ -28,21 +28,22 @@
 //        Large tensors (y >= 16 MiB) stream: y is written with non-temporal stores (no
 //          read-for-ownership, no eviction of the row being worked on) and the next row is
 //          prefetched into L2 (prefetcht1: into L1 it evicted the row being worked on and
-//          measured ~20% slower) during the passes that run from L1, so DRAM stays busy while
+//          measured slower) during the passes that run from L1, so DRAM stays busy while
 //          they compute. Streaming softmax rows are also pipelined (PendingRow in
 //          simd/norm_kernel.hpp): a row's pass 3 - its non-temporal stores - does not run on its
 //          own but inside the next row's pass 2, the exp pass, so the stores drain while exp
-//          computes (two row buffers alternate). 4096 x 4096 (64 MiB), one thread, medians of 5
-//          in one session: 6.6 - 7.0 ms per-row passes, 5.2 - 6.0 ms pipelined (relu over the
-//          same 64 MiB: 3.9 - 4.3 ms). Both stages do it; fused/norm.cpp has the rest.
+//          computes (two row buffers alternate). On 4096 x 4096 (64 MiB), one thread, pipelined
+//          rows measured clearly faster than per-row passes, though still slower than a relu over
+//          the same 64 MiB (the streaming floor); softmax 4096 x 4096: reports/REPORT.md (softmax).
+//          Both stages do it; fused/norm.cpp has the rest.
 //          Streaming layernorm / rmsnorm rows pace their prefetch (RowPrefetch in
 //          simd/norm_kernel.hpp): the rows ahead are requested a line every other vector through
 //          both passes, statistics and normalize, instead of all during the normalize pass,
-//          which left DRAM idle while the statistics pass ran from L2 (layernorm 4096 x 4096:
-//          7.1 -> 5.3 ms, medians of 6 A/B pairs in one session).
+//          which left DRAM idle while the statistics pass ran from L2 (layernorm 4096 x 4096
+//          measured clearly faster, 6 A/B pairs in one session).
 //          (Tried and dropped: the next row's max or statistics pass merged into this row's
 //          store pass - slower than per-row passes on this Zen 4, the max pass being a read
-//          stream itself; and softmax without its exp at all ran only ~5% faster before the
+//          stream itself; and softmax without its exp at all ran only a little faster before the
 //          pipelining, so the stores, not exp, were what stood alone.)
 // fused: (fused/norm.cpp) keeps the row in L1/registers: scale and mask applied in the max and
 //        exp passes with one read of x and mask; add & norm with one read of x and residual.

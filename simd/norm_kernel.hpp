@@ -80,7 +80,7 @@ void write_row(float* y, std::int64_t n, bool stream, F f, FS fs, PF pf) {
 
 // One prefetch per cache line of `p` (or nothing for null), for vector offset j: prefetcht1,
 // into L2 only. The row being computed stays in L1 (a 16 KB row plus its buffer already fill
-// Zen 4's 32 KB L1; prefetcht0 of the next row measured ~20% slower on the 64 MiB cases).
+// Zen 4's 32 KB L1; prefetcht0 of the next row measured slower on the 64 MiB cases).
 template <class Arch>
 inline void prefetch_line(const float* p, std::int64_t j) {
   constexpr std::int64_t W = fbatch<Arch>::size;
@@ -91,8 +91,9 @@ inline void prefetch_line(const float* p, std::int64_t j) {
 // consumes them: tick() runs once per vector of every pass over a row and requests the next
 // 64-byte line every `every` = passes x 16 / W ticks, so a row's n floats are requested while
 // its own passes run and the DRAM read stream never idles. Prefetching the next row only
-// during the last (normalize) pass left it idle through the statistics pass: layernorm 4096 x
-// 4096 (simd) went from 7.1 to 5.3 ms, rmsnorm from 6.2 to 5.4 ms (medians of 6 A/B pairs).
+// during the last (normalize) pass left it idle through the statistics pass: pacing made
+// layernorm and rmsnorm 4096 x 4096 (simd) clearly faster (6 A/B pairs; current figures:
+// reports/REPORT.md, layernorm and rmsnorm).
 template <class Arch>
 struct RowPrefetch {
   const float* base;
@@ -113,7 +114,7 @@ struct RowPrefetch {
 // One prefetch into L1 (prefetcht0) per cache line of p + d, for vector offset j: the scale
 // and bias of a long row, read again for every row, which with the row itself overflow the L1
 // and came from L2 at the moment of use. d = 64 floats (4 lines) ahead: layernorm 4096 x 4096
-// 4.8-5.2 -> 4.5-4.6 ms (3 A/B rounds; 32 and 96 measured no better).
+// measured faster and steadier (3 A/B rounds; 32 and 96 measured no better).
 template <class Arch>
 inline void prefetch_l1(const float* p, std::int64_t j) {
   constexpr std::int64_t W = fbatch<Arch>::size;
@@ -183,11 +184,12 @@ void flush_pending(PendingRow& p, std::int64_t n) {
 // The two passes of a layernorm / rmsnorm row, one definition for both stages: simd calls them
 // with s = x (its residual add ran as a pass of its own), fused with x and the residual. They
 // were the fused stage's own until simd adopted them in place of its row_stats and
-// normalize_row: layernorm 4096 x 4096 simd 5.01 -> 4.54 ms, rmsnorm 3.89 -> 3.67 ms (medians
-// of 6 A/B pairs, one thread; 768-wide rows unchanged). They sit in an anonymous namespace, as
+// normalize_row, which made simd's layernorm and rmsnorm 4096 x 4096 faster (6 A/B pairs, one
+// thread; 768-wide rows unchanged). They sit in an anonymous namespace, as
 // they did in fused/norm.cpp, so every TU keeps its own copies and GCC's inlining of them (and
 // of the lambdas they take) stays what it was: declared `static` or given external linkage
-// they inlined differently and fused's add & norm measured 5-70% slower.
+// they inlined differently and fused's add & norm measured slower, by a wide, case-dependent
+// margin.
 namespace {
 
 // Pass 1 of a row: s = x [+ res] in registers, stored to buf (when s is not x itself) and to

@@ -16,13 +16,14 @@
 //          loaded and stored masked (load_partial / store_partial in simd/common.hpp), its
 //          spare lanes computing on the scratch's zeroed slack. The scalar tails this replaced -
 //          up to 26 outputs of a 56-wide row on AVX-512, each a data-dependent branch per tap -
-//          cost more than the vectors (AVX-512 ran slower than AVX2). One thread, medians of 3
-//          A/B pairs, before -> after (oneDNN): maxpool 3x3/2 pad 1 over 64 x 112 x 112
-//          746 -> 206 us (213); avgpool 2x2/2 over 128 x 56 x 56 209 -> 122 us (92); avgpool
-//          3x3/1 pad 1 over 192 x 28 x 28 553 -> 149 us (83).
+//          cost more than the vectors (AVX-512 ran slower than AVX2). In one-thread A/B pairs
+//          the masked vectors made maxpool 3x3/2 pad 1 over 64 x 112 x 112, avgpool 2x2/2 over
+//          128 x 56 x 56 and avgpool 3x3/1 pad 1 over 192 x 28 x 28 up to several times faster
+//          (level with oneDNN on the maxpool, still behind it on the avgpools then; current
+//          figures: reports/REPORT.md, maxpool2d and avgpool2d).
 //        The 2- and 3-row / 2- and 3-tap windows (stride 1 for the taps) run with their row and
-//          tap offsets fixed (no pointer array read back per vector): avgpool 3x3/1 154 -> 128 us,
-//          maxpool 3x3/2 191 -> 183 us, avgpool 2x2/2 118 -> 113 us (3 A/B pairs each).
+//          tap offsets fixed (no pointer array read back per vector): a further gain, largest
+//          for avgpool 3x3/1, small for maxpool 3x3/2 and avgpool 2x2/2 (3 A/B pairs each).
 //        The max is select((v > m) | isnan(v), v, m): naive's rule, so a NaN sticks.
 //        global_avgpool: a vector sum per (n, c) plane (NCHW) or vectors across channels (NHWC).
 // fused: pooling is memory-bound; fusion only pays when it follows a convolution (the pool is

@@ -3,9 +3,10 @@
 //
 // Layout changes at an op's boundary (NCHW <-> NHWC around the direct convolution, packing A
 // for the GEMM) are transposes. Done one float at a time they are strided scalar loads and
-// stores: measured on the 3x3 64->64 @56 convolution, the two NCHW <-> NHWC copies took ~14% of
-// the call at ~5 GB/s. Here a W x W block (W = the ISA's lanes: 16, 8 or 4) is loaded as W
-// vectors, transposed with log2(W) + 1 shuffle stages and stored as W vectors.
+// stores: measured on the 3x3 64->64 @56 convolution, the two NCHW <-> NHWC copies took a
+// sizeable share of the call at a small fraction of the memory bandwidth. Here a W x W block
+// (W = the ISA's lanes: 16, 8 or 4) is loaded as W vectors, transposed with log2(W) + 1 shuffle
+// stages and stored as W vectors.
 //
 // Included only by the per-ISA translation units; everything lives in the ISA's namespace.
 #pragma once

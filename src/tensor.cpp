@@ -125,9 +125,10 @@ struct AlignedFree {
 }  // namespace
 
 // Large buffers stream from DRAM, where 4 KiB pages cost a TLB miss (and a page walk the
-// prefetchers wait for) every 1024 floats per stream. Measured on this Zen 4 VM (opfuse-bench,
-// 3 A/B pairs, 1 thread): the STREAM triad probe went from 24-26 to 32-34 GB/s, relu and add
-// on 64 MiB 13-25% faster, the 4096 x 4096 softmax / rmsnorm ~30%, layernorm ~15%.
+// prefetchers wait for) every 1024 floats per stream. Huge pages measured on this Zen 4 VM
+// (opfuse-bench, 3 A/B pairs, 1 thread): the STREAM triad probe's bandwidth rose markedly, and
+// relu and add on 64 MiB and the 4096 x 4096 softmax / rmsnorm / layernorm all ran faster (the
+// current figures: reports/REPORT.md).
 float* alloc_buffer(std::size_t bytes) noexcept {
   const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded < bytes) return nullptr;

@@ -476,10 +476,10 @@ void add_reorder(Pipeline& pl, const memory& from, const memory& to, bool skip_i
 // where the channels fill whole blocks of 16; a source of fewer than 16 channels stays NCHW
 // (oneDNN's first-convolution kernels read it); anything else `any`. Measured, 1 thread: with
 // `any` oneDNN 2.6 picks NHWC (brgconv), which is as fast as nChw16c inside the convolution
-// (3x3 64->64 @56: 1.96 ms both; 1x1 256->64: 0.90 ms both), but NCHW <-> NHWC reorders cost
-// ~3x NCHW <-> nChw16c ones (256x56x56 in: 0.30 vs 0.09 ms; 144x56x56 out: 0.28 vs 0.05 ms),
-// so the depthwise 144 @56 +bn+relu6 takes 0.54 ms with `any` and 0.23 ms blocked, the 1x1
-// 256->64 +bn+add+relu 1.29 vs 1.06 ms.
+// (3x3 64->64 @56, 1x1 256->64), but NCHW <-> NHWC reorders cost several times as much as
+// NCHW <-> nChw16c ones (256x56x56 in, 144x56x56 out), so with `any` the depthwise 144 @56
+// +bn+relu6 ran at less than half the speed it has blocked, and the 1x1 256->64 +bn+add+relu
+// was slower too.
 memory::desc blocked_format(const memory::desc& md, bool src) {
   const Dims dims = md.dims();
   if (is_plain(md) && dims[1] % 16 == 0) return memory::desc(dims, f32, memory::format_tag::nChw16c);
@@ -650,8 +650,8 @@ void build_conv2d(Pipeline& pl, const OpDesc& d, const std::vector<TensorDesc>& 
 
 // The intermediates stay in the formats oneDNN picks for `any` (NHWC with oneDNN 2.6 on
 // AVX-512: brgconv_1x1, brdgmm_dw); only x and y are in the user's layout. Measured for NCHW
-// users, 1 thread: the 24-channel block at 56 takes 0.68 ms this way and 0.75 ms with every
-// tensor in nChw16c (24 channels pad to 32), the stride-2 block 0.77 vs 0.76 ms.
+// users, 1 thread: the 24-channel block at 56 runs faster this way than with every tensor in
+// nChw16c (24 channels pad to 32), and the stride-2 block runs the same either way.
 void build_inverted_residual(Pipeline& pl, const OpDesc& d, const std::vector<TensorDesc>& outs) {
   const auto& p = d.p<InvertedResidualParams>();
   const TensorDesc& xd = d.inputs[0];
