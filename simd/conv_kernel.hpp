@@ -180,7 +180,7 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
 
 // Input channels per block: the block's weights (R*S*CB*KB floats, up to 144 KB) stay in L2
 // while every tile of a row block runs over them; the weight stream is sequential, so the L2
-// prefetcher keeps it ahead of the FMAs. Blocks of ~36 KB (to fit L1) measured 4-5% slower on
+// prefetcher keeps it ahead of the FMAs. Blocks of ~36 KB (to fit L1) measured slower on
 // 3x3 64->64 @56 and 128->128 @28 (4 A/B pairs): every block beyond the first reloads and
 // re-stores the tile's partial sums, and the c loop is shorter.
 inline i64 direct_cblock(const ConvGeom& g, i64 KB) { return std::clamp<i64>(36864 / (g.R * g.S * KB), 4, g.Cg); }
@@ -491,7 +491,7 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
 // plane is (dw_plane, dw_fill_rows), so every tap is a contiguous vector load along an output
 // row; a register tile of KT output channels x NV <= 3 vectors of that row (AVX-512: 8 x 3,
 // 24 zmm accumulators; see kSmallKT) sums the C * R * S taps, each tap's NV loads shared by the KT channels' weight
-// broadcasts (4 x 4 measured ~3% slower on the 3-channel stem), and is stored once per row of y. The planes stay per
+// broadcasts (4 x 4 measured slower on the 3-channel stem), and is stored once per row of y. The planes stay per
 // thread (C of them, zeroed at prepare: only real columns are ever written), each thread copying just the input rows
 // its output rows read.
 inline constexpr i64 kSmallC = 4;
@@ -541,7 +541,7 @@ inline constexpr int kSmallKT = isa_of<Arch>() == Isa::avx512 ? kSmallKC : kSmal
 // per tap, the first KT read). epi(acc, pix, valid) maps the accumulators before the store
 // (pix: the image pixel of lane 0).
 // Out of line: inlined into smallc_run with the fused stage's epilogue, its FMA loop measured
-// ~30% slower (the 3-channel stem's tiles, perf).
+// clearly slower (the 3-channel stem's tiles, perf).
 template <class Arch, int KT, int NV, class Epi>
 [[gnu::noinline]] void smallc_tile(const float* in, i64 plane_floats, i64 C, const i64* toff, i64 taps, const float* w,
                                    const float* bias, float* out, i64 PQ, i64 kv, i64 valid, const Epi& epi, i64 pix) {

@@ -164,7 +164,7 @@ inline fbatch<Arch> exp_nonpositive(fbatch<Arch> x) {
 //         SSE2 exponent bits, results below FLT_MIN, x < -126, flushed to 0).
 // 9 vector operations on AVX-512 (max, roundscale, subtract, Horner's 5 FMAs, scalef) against
 // exp_nonpositive's 11, and 5 of them on the multiply pipes against 8. (The AVX2 form, exponent
-// bits and a multiply in place of roundscale and scalef, measured 2% slower in the AVX-512 flash
+// bits and a multiply in place of roundscale and scalef, measured slower in the AVX-512 flash
 // attention.) -inf gives 0, NaN gives NaN; x > 0 is outside the contract. Max error over every
 // float in [-150, 0] (VmathAccuracy.Exp2Nonpositive with OPFUSE_LONG_TESTS=1, against std::exp2
 // in double; the fast test samples every 61st and asserts kExpNonpositiveMaxUlp = 2.5):
