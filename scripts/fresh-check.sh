@@ -96,7 +96,7 @@ else
 fi
 step "tests: ./scripts/test.sh" "./scripts/test.sh"
 # The rest of .ci/run: clang-14, its sanitizer runtimes and libFuzzer come from setup.sh too.
-step "CI's ASan steps: sanitize.sh --quick, fuzz.sh 30" "./scripts/sanitize.sh --quick && ./scripts/fuzz.sh 30"
+step "CI's ASan steps: sanitize.sh --quick, fuzz.sh 30 --seed 1" "./scripts/sanitize.sh --quick && ./scripts/fuzz.sh 30 --seed 1"
 
 echo
 echo "fresh-check: packages in the root: $(chroot "$root" dpkg-query -W | wc -l) (bare: $bare_pkgs)"

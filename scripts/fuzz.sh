@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes opfuse with libFuzzer under ASan + UBSan (+ LeakSanitizer).
 #
-#   scripts/fuzz.sh [SECONDS] [--build DIR] [--target model|tensor|ops]...
+#   scripts/fuzz.sh [SECONDS] [--build DIR] [--target model|tensor|ops]... [--seed N]
 #
 # SECONDS (default 60) is the total, split evenly over the targets:
 #   model   ONNX bytes -> import -> compile -> one run, at a 64 MiB budget (fuzz/fuzz_model.cpp)
@@ -21,17 +21,22 @@
 # A crash, a sanitizer report, a leak, a timeout (10 s for one input) or a 2 GiB RSS stops the
 # target; its input is written to build-fuzz/findings/<target>/ and the script fails. Fix it,
 # then commit the input to fuzz/regressions/<target>/ (ctest fuzz.replay.<target> replays it in
-# every build). The figures (executions, corpus size, coverage, findings per target) go to
+# every build). --seed N fixes libFuzzer's random seed (default: a new one each run): CI passes
+# one, so that a red CI replays the same mutations on any machine and fails on a bug, not on the
+# luck of the draw; the exploring runs (scripts/hardening.sh, a bare fuzz.sh) keep random seeds.
+# The figures (executions, corpus size, coverage, findings per target) go to
 # reports/hardening/fuzz.json for reports/HARDENING.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=60
 build=build-fuzz
 targets=()
+seed_arg=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift ;;
     --target) targets+=("$2"); shift ;;
+    --seed) seed_arg=("-seed=$2"); shift ;;
     [0-9]*) seconds=$1 ;;
     *) echo "fuzz: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -81,7 +86,7 @@ for t in "${targets[@]}"; do
   # allocate (the library's budgets must refuse far earlier), -timeout catches hangs.
   ./"$build"/fuzz/opfuse_fuzz_"$t" "$corpus" "$seeds/$t" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 \
     -max_len=$([ "$t" = model ] && echo 262144 || echo 65536) -artifact_prefix="$findings/" \
-    -print_final_stats=1 >"$log" 2>&1
+    -print_final_stats=1 "${seed_arg[@]}" >"$log" 2>&1
   rc=$?
   set -e
   execs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
