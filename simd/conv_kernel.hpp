@@ -649,6 +649,56 @@ inline void dw_padding_taps(i64 R, i64 S, i64 r0, i64 r1, i64 s0, i64 s1, F&& f)
       if (r < r0 || r >= r1 || s < s0 || s >= s1) f(r, s);
 }
 
+// One vector of channels (c) of `npx` consecutive interior pixels of a 3x3 NHWC output row,
+// undilated at stride SW: the 9 taps' weights in registers, U pixels per step, each input
+// column of a step's three rows loaded once and fed to every (pixel, tap) pair that reads it
+// (column j feeds pixel u's tap s where u * SW + s == j): at stride 1, 3 (U + 2) loads for 9 U
+// FMAs. x points at the window corner of the first pixel, y at its output, both at channel c;
+// xr is an input row's step, C a pixel's. Every size and pointer arrives by value and lives in
+// a local: the vector stores (GCC's _mm256_storeu_ps is a may_alias store) would otherwise
+// make the compiler reload each value reached through a lambda's by-reference captures after
+// every store - as many integer instructions as FMAs in the loop before this one.
+template <class Arch, int U, int SW, class Epi>
+inline void dw3_interior_row(const float* x, i64 xr, i64 C, const float* w, i64 wr, const float* bias, float* y,
+                             i64 npx, i64 pix0, i64 c, const Epi& epi) {
+  using B = fbatch<Arch>;
+  constexpr i64 W = B::size;
+  B wv[9];
+  for (int t = 0; t < 9; ++t) wv[t] = B::load_unaligned(w + (t / 3) * wr + (t % 3) * C);
+  // The bias is loaded again for every step (the opaque pointer keeps it from being hoisted):
+  // held in a register through the loop, it was one more than AVX2's 16 and cost spills.
+  alignas(64) const float zeros[W] = {};
+  const float* bias_at = bias ? bias : zeros;
+  const auto step = [&](auto npx_c, i64 q) {
+    constexpr int V = decltype(npx_c)::value, J = (V - 1) * SW + 3;
+    const float* bp = bias_at;
+    asm("" : "+r"(bp));
+    const B bv = B::load_unaligned(bp);
+    B acc[V];
+    for (int u = 0; u < V; ++u) acc[u] = bv;
+    const float* xq = x + q * SW * C;
+    for (int r = 0; r < 3; ++r) {
+      const float* xp = xq + r * xr;
+#pragma GCC unroll 32
+      for (int j = 0; j < J; ++j) {
+        const B xv = B::load_unaligned(xp);
+        xp += C;
+        asm("" : "+r"(xp));  // stepped, not 3 (U + 2) precomputed pointers spilled to the stack
+#pragma GCC unroll 3
+        for (int s2 = 0; s2 < 3; ++s2)
+          if ((j - s2) % SW == 0 && j - s2 >= 0 && (j - s2) / SW < V)
+            acc[(j - s2) / SW] = xsimd::fma(xv, wv[r * 3 + s2], acc[(j - s2) / SW]);
+      }
+    }
+    float* yq = y + q * C;
+    for (int u = 0; u < V; ++u) epi(acc[u], pix0 + q + u, c, W).store_unaligned(yq + u * C);
+  };
+  i64 q = 0;
+  for (; q + U <= npx; q += U) step(std::integral_constant<int, U>{}, q);
+  for (; q + 2 <= npx; q += 2) step(std::integral_constant<int, 2>{}, q);
+  for (; q < npx; ++q) step(std::integral_constant<int, 1>{}, q);
+}
+
 template <class Arch, int NV, class Epi>
 inline void dw_nhwc_vectors(const float* x, i64 x0, const float* w, const float* bi, float* dst, const Epi& epi,
                             i64 pix, i64 c, i64 r0, i64 r1, i64 s0, i64 s1, i64 xr, i64 xs, i64 wr, i64 ws, i64 R,
@@ -687,7 +737,7 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
   // Interior pixels per step of the 3x3 rows (below): 9 weight registers, kDwPix accumulators
   // and an input vector; 7 on AVX2 spills the bias and the epilogue's constants, and still
   // measured faster than 4 or 5.
-  constexpr int kDwPix = isa_of<Arch>() == Isa::avx512 ? 8 : 7;
+  constexpr int kDwPix = isa_of<Arch>() == Isa::avx512 ? 8 : 6;
   const i64 C = g.C, R = g.R, S = g.S, H = g.H, Win = g.W, dh = g.dh, dw = g.dw, sw = g.sw;
   const i64 xr = dh * Win * C, xs = dw * C, wr = S * C, nvec = C / W;
   // 3x3 windows wholly inside the image: q in [qa, qb) of the rows whose window rows all are.
@@ -768,25 +818,26 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
       }
       // A 3x3 row wholly inside the image vertically: the edge pixels as above; the interior
       // ones a vector of channels at a time with its 9 taps' weights held in registers, kDwPix
-      // pixels per step. Undilated, at stride 1 or 2, the step loads each input column of its
-      // three rows once and feeds it to every (pixel, tap) pair that reads it: at stride 1, 3 x
-      // (U + 2) loads for 9 U FMAs, from pointers stepped a pixel at a time instead of an
-      // address computed per load (which cost as many integer instructions as FMAs).
+      // pixels per step: undilated at stride 1 or 2 in dw3_interior_row, else (below) with one
+      // load per FMA.
       for (i64 q = 0; q < qa; ++q) pixel(q);
       for (i64 cv = 0; cv < nvec; ++cv) {
         const i64 c = cv * W;
+        if (dw == 1 && (sw == 1 || sw == 2)) {
+          const float* xa = x + (corner(qa) + c);
+          float* ya = y + ((row * g.Q + qa) * C + c);
+          const float* bc = bias ? bias + c : nullptr;
+          if (sw == 1)
+            dw3_interior_row<Arch, kDwPix, 1>(xa, xr, C, w + c, wr, bc, ya, qb - qa, row * g.Q + qa, c, epi);
+          else
+            dw3_interior_row<Arch, kDwPix, 2>(xa, xr, C, w + c, wr, bc, ya, qb - qa, row * g.Q + qa, c, epi);
+          continue;
+        }
         B wv[9];
         for (int t = 0; t < 9; ++t) wv[t] = B::load_unaligned(w + (t / 3) * wr + (t % 3) * C + c);
         const B bv = bias ? B::load_unaligned(bias + c) : B(0.f);
-        const auto store = [&](auto& acc, i64 q) {
-          constexpr int U = static_cast<int>(std::extent_v<std::remove_reference_t<decltype(acc)>>);
-          for (int u = 0; u < U; ++u) {
-            const i64 pix = row * g.Q + q + u;
-            epi(acc[u], pix, c, W).store_unaligned(y + pix * C + c);
-          }
-        };
-        // Any stride and dilation: one load per FMA.
-        const auto run = [&](auto npx, i64 q) {
+        i64 q = qa;
+        const auto run = [&](auto npx) {
           constexpr int U = decltype(npx)::value;
           B acc[U];
           for (int u = 0; u < U; ++u) acc[u] = bv;
@@ -795,41 +846,15 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
             for (int u = 0; u < U; ++u)
               acc[u] = xsimd::fma(B::load_unaligned(x + (corner(q + u) + off)), wv[t], acc[u]);
           }
-          store(acc, q);
-        };
-        // Undilated at stride SW: input column j of the step feeds pixel u's tap s where
-        // u * SW + s == j.
-        const auto run_cols = [&](auto npx, auto stride, i64 q) {
-          constexpr int U = decltype(npx)::value, SW = decltype(stride)::value, J = (U - 1) * SW + 3;
-          B acc[U];
-          for (int u = 0; u < U; ++u) acc[u] = bv;
-          const float* xq = x + (corner(q) + c);
-          for (int r = 0; r < 3; ++r) {
-            const float* xp = xq + r * xr;
-#pragma GCC unroll 32
-            for (int j = 0; j < J; ++j) {
-              const B xv = B::load_unaligned(xp);
-              xp += C;
-#pragma GCC unroll 3
-              for (int s2 = 0; s2 < 3; ++s2)
-                if ((j - s2) % SW == 0 && j - s2 >= 0 && (j - s2) / SW < U)
-                  acc[(j - s2) / SW] = xsimd::fma(xv, wv[r * 3 + s2], acc[(j - s2) / SW]);
-            }
+          for (int u = 0; u < U; ++u) {
+            const i64 pix = row * g.Q + q + u;
+            epi(acc[u], pix, c, W).store_unaligned(y + pix * C + c);
           }
-          store(acc, q);
+          q += U;
         };
-        const auto sweep = [&](auto run_u) {
-          i64 q = qa;
-          for (; q + kDwPix <= qb; q += kDwPix) run_u(std::integral_constant<int, kDwPix>{}, q);
-          for (; q + 2 <= qb; q += 2) run_u(std::integral_constant<int, 2>{}, q);
-          for (; q < qb; ++q) run_u(std::integral_constant<int, 1>{}, q);
-        };
-        if (dw == 1 && sw == 1)
-          sweep([&](auto npx, i64 q) { run_cols(npx, std::integral_constant<int, 1>{}, q); });
-        else if (dw == 1 && sw == 2)
-          sweep([&](auto npx, i64 q) { run_cols(npx, std::integral_constant<int, 2>{}, q); });
-        else
-          sweep(run);
+        while (q + kDwPix <= qb) run(std::integral_constant<int, kDwPix>{});
+        while (q + 2 <= qb) run(std::integral_constant<int, 2>{});
+        while (q < qb) run(std::integral_constant<int, 1>{});
       }
       if (nvec * W < C)
         for (i64 q = qa; q < qb; ++q) tail(q, 0, 3);
