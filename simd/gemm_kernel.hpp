@@ -270,6 +270,33 @@ void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, 
       continue;
     }
 #endif
+#ifdef __AVX2__
+    if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) {
+      // AVX2: 8 k steps of the tile's (up to 6) rows at a time through the 8 x 8 register
+      // transpose, as on AVX-512 (one float at a time, packing A was a fifth of the 1x1 320 ->
+      // 1280 @7 convolution, perf). Each transposed vector is stored whole: its lanes past mr
+      // land on the next k step's first floats, which the next store rewrites; the last one of
+      // the 8 is stored partially, so nothing past the block's k steps is written.
+      static_assert(GemmTile<Arch>::mr <= 8);
+      const float* src[8];
+      for (int64_t i = 0; i < 8; ++i) src[i] = g.a + (i0 + r0 + (i < rows ? i : 0)) * g.lda + k0;
+      int64_t k = 0;
+      for (; k + 8 <= kc; k += 8) {
+        if (r0 + 2 * rows <= mc)
+          for (int64_t i = 0; i < rows; ++i) __builtin_prefetch(src[i] + rows * g.lda + k, 0, 3);
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = i < rows ? _mm256_loadu_ps(src[i] + k) : _mm256_setzero_ps();
+        if (sc)
+          for (int64_t i = 0; i < rows; ++i) r[i] = _mm256_mul_ps(r[i], _mm256_set1_ps(sc[r0 + i]));
+        transpose8(r);
+        for (int l = 0; l < 7; ++l) _mm256_storeu_ps(dst + (k + l) * mr, r[l]);
+        store_partial<Arch>(dst + (k + 7) * mr, fbatch<Arch>(r[7]), mr);
+      }
+      for (; k < kc; ++k)
+        for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = sc ? src[i][k] * sc[r0 + i] : src[i][k];
+      continue;
+    }
+#endif
     for (int64_t i = 0; i < rows; ++i) {
       const float* src = g.a + (i0 + r0 + i) * g.lda + k0;
       if (r0 + rows + i < mc)
