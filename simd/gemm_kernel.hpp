@@ -219,6 +219,55 @@ struct RowTiles {
   int64_t begin(int64_t q) const { return q * mc / t; }
 };
 
+// The W x W register transpose of the ISA (transpose.hpp), on xsimd's register type.
+#ifdef __AVX512F__
+inline void transpose_regs(__m512 (&r)[16]) { transpose16(r); }
+#endif
+#ifdef __AVX2__
+inline void transpose_regs(__m256 (&r)[8]) { transpose8(r); }
+#endif
+
+// One row tile of an untransposed A (rows a0 .. a0 + rows - 1, rows <= mr <= W) into its kc x
+// mr micro-panel, W k steps at a time through a W x W register transpose (AVX-512 and AVX2;
+// one float at a time, packing A was a visible share of 1024^3 at AVX-512 and about a fifth of
+// the 1x1 320 -> 1280 @7 convolution at AVX2, perf). The vectors past the tile's rows load row
+// a0 again. Each transposed vector holds one k step: AVX-512 stores its mr lanes masked; AVX2
+// stores it whole (the lanes past mr land on the next k step's first floats, which the next
+// store rewrites) and the last of the W partially, so nothing past the block is written. While
+// a tile is packed, the same number of rows after it is prefetched (`ahead`).
+template <class Arch>
+void pack_a_tile_transposed(const SgemmArgs& g, int64_t a0, int64_t rows, bool ahead, int64_t k0, int64_t kc,
+                            const float* sc, float* dst) {
+  using B = fbatch<Arch>;
+  using R = typename B::register_type;
+  constexpr int W = static_cast<int>(B::size);
+  constexpr int64_t mr = GemmTile<Arch>::mr;
+  static_assert(mr <= W);
+  const float* src[W];
+  for (int64_t i = 0; i < W; ++i) src[i] = g.a + (a0 + (i < rows ? i : 0)) * g.lda + k0;
+  int64_t k = 0;
+  for (; k + W <= kc; k += W) {
+    if (ahead)
+      for (int64_t i = 0; i < rows; ++i) __builtin_prefetch(src[i] + rows * g.lda + k, 0, 3);
+    R r[W];
+    for (int i = 0; i < W; ++i) r[i] = B::load_unaligned(src[i] + k);
+    if (sc)
+      for (int64_t i = 0; i < rows; ++i) r[i] = B(r[i]) * B(sc[i]);
+    transpose_regs(r);
+    for (int l = 0; l < W; ++l) {
+      float* d = dst + (k + l) * mr;
+      if constexpr (std::is_same_v<Arch, xsimd::avx512f>)
+        _mm512_mask_storeu_ps(d, (1u << mr) - 1, r[l]);
+      else if (l + 1 < W)
+        B(r[l]).store_unaligned(d);
+      else
+        store_partial<Arch>(d, B(r[l]), mr);
+    }
+  }
+  for (; k < kc; ++k)
+    for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = sc ? src[i][k] * sc[i] : src[i][k];
+}
+
 // A block: rows [i0, i0 + mc) x k [k0, k0 + kc) of op(A) into one micro-panel per row tile,
 // each kc x mr (k-major: the values the micro-kernel broadcasts at one k step are adjacent).
 // Rows past a tile's height are never read (the micro-kernel has a variant per row count), so
@@ -248,55 +297,10 @@ void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, 
   // tile is packed the same number of rows after it is prefetched.
   for (int64_t q = 0; q < tiles.t; ++q, dst += mr * kc) {
     const int64_t r0 = tiles.begin(q), rows = tiles.begin(q + 1) - r0;
-#ifdef __AVX512F__
-    if constexpr (std::is_same_v<Arch, xsimd::avx512f>) {
-      // AVX-512: 16 k steps of the tile's (up to 14) rows at a time, transposed in registers
-      // (1024^3: packing A one float at a time was a visible share of the time, perf).
-      const float* src[16];
-      for (int64_t i = 0; i < 16; ++i) src[i] = g.a + (i0 + r0 + (i < rows ? i : 0)) * g.lda + k0;
-      int64_t k = 0;
-      for (; k + 16 <= kc; k += 16) {
-        if (r0 + 2 * rows <= mc)
-          for (int64_t i = 0; i < rows; ++i) __builtin_prefetch(src[i] + rows * g.lda + k, 0, 3);
-        __m512 r[16];
-        for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src[i] + k);
-        if (sc)
-          for (int64_t i = 0; i < rows; ++i) r[i] = _mm512_mul_ps(r[i], _mm512_set1_ps(sc[r0 + i]));
-        transpose16(r);
-        for (int l = 0; l < 16; ++l) _mm512_mask_storeu_ps(dst + (k + l) * mr, (1u << mr) - 1, r[l]);
-      }
-      for (; k < kc; ++k)
-        for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = sc ? src[i][k] * sc[r0 + i] : src[i][k];
+    if constexpr (std::is_same_v<Arch, xsimd::avx512f> || std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) {
+      pack_a_tile_transposed<Arch>(g, i0 + r0, rows, r0 + 2 * rows <= mc, k0, kc, sc ? sc + r0 : nullptr, dst);
       continue;
     }
-#endif
-#ifdef __AVX2__
-    if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) {
-      // AVX2: 8 k steps of the tile's (up to 6) rows at a time through the 8 x 8 register
-      // transpose, as on AVX-512 (one float at a time, packing A was a fifth of the 1x1 320 ->
-      // 1280 @7 convolution, perf). Each transposed vector is stored whole: its lanes past mr
-      // land on the next k step's first floats, which the next store rewrites; the last one of
-      // the 8 is stored partially, so nothing past the block's k steps is written.
-      static_assert(GemmTile<Arch>::mr <= 8);
-      const float* src[8];
-      for (int64_t i = 0; i < 8; ++i) src[i] = g.a + (i0 + r0 + (i < rows ? i : 0)) * g.lda + k0;
-      int64_t k = 0;
-      for (; k + 8 <= kc; k += 8) {
-        if (r0 + 2 * rows <= mc)
-          for (int64_t i = 0; i < rows; ++i) __builtin_prefetch(src[i] + rows * g.lda + k, 0, 3);
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = i < rows ? _mm256_loadu_ps(src[i] + k) : _mm256_setzero_ps();
-        if (sc)
-          for (int64_t i = 0; i < rows; ++i) r[i] = _mm256_mul_ps(r[i], _mm256_set1_ps(sc[r0 + i]));
-        transpose8(r);
-        for (int l = 0; l < 7; ++l) _mm256_storeu_ps(dst + (k + l) * mr, r[l]);
-        store_partial<Arch>(dst + (k + 7) * mr, fbatch<Arch>(r[7]), mr);
-      }
-      for (; k < kc; ++k)
-        for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = sc ? src[i][k] * sc[r0 + i] : src[i][k];
-      continue;
-    }
-#endif
     for (int64_t i = 0; i < rows; ++i) {
       const float* src = g.a + (i0 + r0 + i) * g.lda + k0;
       if (r0 + rows + i < mc)
