@@ -119,6 +119,122 @@ struct RowScratch {
   std::int64_t floats() const { return cols + phases + counts; }
 };
 
+// Output row oh's share of the average's divisor: the window rows inside the input (rows), or
+// inside the padded input (count_include_pad); 0 for max pooling, which does not divide.
+float row_divisor(const Geometry& g, std::int64_t oh, std::int64_t rows) {
+  if (g.is_max) return 0.f;
+  return static_cast<float>(g.incpad ? count_inside(oh, g.sh, g.pt, g.kh, 1, -g.pt, g.H + g.pb) : rows);
+}
+
+// NCHW, the small windows of real models (kw 2 or 3, stride 1 or 2, left pad 0 or 1 - what
+// validation allows them - no dilation): one output row with both reductions in registers. col(k) reduces the window's
+// rows over input columns k W .. k W + W - 1 (the identity past the row's end); each output
+// vector's taps are col vectors shifted across their neighbours (shift_concat), or for
+// stride 2 the even and odd columns of two col vectors (even_odd) and their shifts. Each col
+// vector is computed once and rolled along the row. The buffer route below stores the
+// vertical sums and reads each tap back one or two floats off those stores, which the CPU
+// cannot forward from its store buffer: on a 28-wide row that stall was most of the call.
+// The window's rows are combined bottom-up. With stride 1 and both tensors page-aligned, the
+// window's top input row lies at the same offset modulo 4 KiB as the output row stored just
+// before; the CPU matches a load to earlier stores by those low address bits, so that load
+// waits on the store (a false dependency) and goes last, behind the other rows' loads.
+template <class Arch, int KW, int SW, int PL>
+void pool_row_regs(const Geometry& g, const float* const* rp, int nr, float* y, float rcount, const float* cnt) {
+  using B = fbatch<Arch>;
+  constexpr std::int64_t W = B::size;
+  alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const bool is_max = g.is_max;
+  const B id(is_max ? -kInf : 0.f);
+  const std::int64_t width = g.W;
+  auto comb = [is_max](B a, B v) { return is_max ? max_nan<Arch>(a, v) : a + v; };
+  auto col = [&](std::int64_t k) {
+    const std::int64_t o = k * W, n = width - o;
+    if (n <= 0 || nr == 0) return id;
+    B acc = load_partial<Arch>(rp[nr - 1] + o, n);
+    for (int r = nr - 2; r >= 0; --r) acc = comb(acc, load_partial<Arch>(rp[r] + o, n));
+    if (is_max && n < W) acc = xsimd::select(B::load_aligned(kIota) < B(static_cast<float>(n)), acc, id);
+    return acc;
+  };
+  const B vr(rcount);
+  auto finish = [&](B acc, std::int64_t q) {
+    if (!is_max) {
+      const B div = vr * B::load_unaligned(cnt + q);
+      acc = xsimd::select(div > B(0.f), acc / div, B(0.f));
+    }
+    store_partial<Arch>(y + q, acc, g.Q - q);
+  };
+  // The tap of output vector m at input column offset D (from the window's first column at
+  // pad 0): prev, cur, next are the vectors m - 1, m, m + 1 of the (phase) row.
+  if constexpr (SW == 1) {
+    B prev = id, cur = col(0);
+    for (std::int64_t m = 0, q = 0; q < g.Q; ++m, q += W) {
+      const B next = col(m + 1);
+      auto tap = [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        if constexpr (D < 0)
+          return shift_concat<static_cast<int>(W) + D, Arch>(prev, cur);
+        else if constexpr (D == 0)
+          return cur;
+        else
+          return shift_concat<D, Arch>(cur, next);
+      };
+      B acc = tap(std::integral_constant<int, -PL>{});
+      acc = comb(acc, tap(std::integral_constant<int, 1 - PL>{}));
+      if constexpr (KW == 3) acc = comb(acc, tap(std::integral_constant<int, 2 - PL>{}));
+      finish(acc, q);
+      prev = cur, cur = next;
+    }
+  } else {
+    static_assert(SW == 2, "pool_row_regs: stride 1 or 2");
+    B pe = id, po = id, ce, co;  // even / odd columns of the previous and current output vector
+    even_odd<Arch>(col(0), col(1), ce, co);
+    for (std::int64_t m = 0, q = 0; q < g.Q; ++m, q += W) {
+      B ne, no;
+      even_odd<Arch>(col(2 * m + 2), col(2 * m + 3), ne, no);
+      // Input column 2 q' + D - PL of output q': D - PL = 0 is the even column, 1 the odd one,
+      // 2 the next even one, -1 the odd one before, -2 the even one before.
+      auto tap = [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        if constexpr (D == -2)
+          return shift_concat<static_cast<int>(W) - 1, Arch>(pe, ce);
+        else if constexpr (D == -1)
+          return shift_concat<static_cast<int>(W) - 1, Arch>(po, co);
+        else if constexpr (D == 0)
+          return ce;
+        else if constexpr (D == 1)
+          return co;
+        else
+          return shift_concat<1, Arch>(ce, ne);
+      };
+      B acc = tap(std::integral_constant<int, -PL>{});
+      acc = comb(acc, tap(std::integral_constant<int, 1 - PL>{}));
+      if constexpr (KW == 3) acc = comb(acc, tap(std::integral_constant<int, 2 - PL>{}));
+      finish(acc, q);
+      pe = ce, po = co, ce = ne, co = no;
+    }
+  }
+}
+
+// The pool_row_regs instance for this geometry, or null where it does not apply.
+template <class Arch>
+using RowRegsFn = void (*)(const Geometry&, const float* const*, int, float*, float, const float*);
+template <class Arch>
+RowRegsFn<Arch> row_regs_kernel(const Geometry& g) {
+  if (g.dw != 1 || g.kh > kTaps || g.pl > 1 || (g.sw != 1 && g.sw != 2)) return nullptr;
+  const int key = static_cast<int>(g.kw * 100 + g.sw * 10 + g.pl);
+  switch (key) {
+    case 210: return pool_row_regs<Arch, 2, 1, 0>;
+    case 211: return pool_row_regs<Arch, 2, 1, 1>;
+    case 310: return pool_row_regs<Arch, 3, 1, 0>;
+    case 311: return pool_row_regs<Arch, 3, 1, 1>;
+    case 220: return pool_row_regs<Arch, 2, 2, 0>;
+    case 221: return pool_row_regs<Arch, 2, 2, 1>;
+    case 320: return pool_row_regs<Arch, 3, 2, 0>;
+    case 321: return pool_row_regs<Arch, 3, 2, 1>;
+    default: return nullptr;
+  }
+}
+
 // NCHW (unit W stride): one output row of one plane, separable. x is the (H, W) plane with row
 // step xh; y the (Q) output row; scratch this thread's RowScratch; cnt each output column's
 // divisor factor (avgpool).
@@ -192,8 +308,7 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
   }
   // Horizontal: y[q] = reduction over jj of buf[q * sw + jj * dw], which is phase (jj * dw) % sw
   // at q + (jj * dw) / sw: the tap pointers are stepped without a division, kTaps per sweep.
-  const float rcount =
-      is_max ? 0.f : static_cast<float>(g.incpad ? count_inside(oh, g.sh, g.pt, g.kh, 1, -g.pt, g.H + g.pb) : rows);
+  const float rcount = row_divisor(g, oh, rows);
   const B vr(rcount);
   // Stride 1, no dilation, the common 2- and 3-wide windows: the taps are buf + q + t, fixed
   // offsets unrolled at compile time (the generic sweep below loads each tap's pointer from the
@@ -274,6 +389,7 @@ void Pool2d::operator()(Arch, const KernelArgs& args) const {
     // Rows along W are contiguous (NCHW, or NHWC with C == 1): separable row kernel.
     assert(ys[3] == 1);
     const RowScratch rs(g);
+    const RowRegsFn<Arch> regs = row_regs_kernel<Arch>(g);
     parallel_tid(g.N * g.C * g.P, threads, 4, [&](int tid, std::int64_t b, std::int64_t e) {
       float* mine = scratch->of(tid);
       float* cnt = mine + rs.cols + rs.phases;
@@ -283,8 +399,19 @@ void Pool2d::operator()(Arch, const KernelArgs& args) const {
       // Rows b .. e - 1 of the (n, c, oh) space, the indices stepped (no division per row).
       std::int64_t oh = b % g.P, c = b / g.P % g.C, n = b / g.P / g.C;
       for (std::int64_t r = b; r < e; ++r) {
-        pool_row<Arch>(g, rs, xp + n * xs[0] + c * xs[1], xs[2], yp + n * ys[0] + c * ys[1] + oh * ys[2], oh, mine,
-                       cnt);
+        const float* plane = xp + n * xs[0] + c * xs[1];
+        float* yrow = yp + n * ys[0] + c * ys[1] + oh * ys[2];
+        if (regs) {
+          const float* rp[kTaps];
+          int nr = 0;
+          for (std::int64_t i = 0; i < g.kh; ++i) {
+            const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
+            if (ih >= 0 && ih < g.H) rp[nr++] = plane + ih * xs[2];
+          }
+          regs(g, rp, nr, yrow, row_divisor(g, oh, nr), cnt);
+        } else {
+          pool_row<Arch>(g, rs, plane, xs[2], yrow, oh, mine, cnt);
+        }
         if (++oh == g.P) {
           oh = 0;
           if (++c == g.C) c = 0, ++n;

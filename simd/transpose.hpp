@@ -158,6 +158,40 @@ inline void even_odd(fbatch<Arch> lo, fbatch<Arch> hi, fbatch<Arch>& e, fbatch<A
   }
 }
 
+// Lanes D .. D + W - 1 of the 2W floats lo:hi (lo first), 0 < D < W: a row's window shifted by
+// D columns, built from the two aligned vectors around it. One VALIGND (AVX-512), a 128-bit
+// lane swap and one or two in-lane byte aligns (AVX2), two byte shifts and an OR (SSE2). For
+// the taps of a sliding window over vectors just computed in registers: loading them back from
+// a buffer at an offset of D floats straddles two recent vector stores, which the CPU cannot
+// forward, and stalls until both reach the cache.
+template <int D, class Arch>
+inline fbatch<Arch> shift_concat(fbatch<Arch> lo, fbatch<Arch> hi) {
+  constexpr int W = static_cast<int>(fbatch<Arch>::size);
+  static_assert(D > 0 && D < W, "shift_concat: 0 < D < W");
+#ifdef __AVX512F__
+  if constexpr (W == 16)
+    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(hi), _mm512_castps_si512(lo), D));
+  else
+#endif
+#ifdef __AVX2__
+      if constexpr (W == 8) {
+    const __m256i l = _mm256_castps_si256(lo), h = _mm256_castps_si256(hi);
+    const __m256i mid = _mm256_permute2x128_si256(l, h, 0x21);  // lo's upper half, hi's lower half
+    if constexpr (D < 4)
+      return _mm256_castsi256_ps(_mm256_alignr_epi8(mid, l, 4 * D));
+    else if constexpr (D == 4)
+      return _mm256_castsi256_ps(mid);
+    else
+      return _mm256_castsi256_ps(_mm256_alignr_epi8(h, mid, 4 * (D - 4)));
+  } else
+#endif
+  {
+    static_assert(W == 4, "shift_concat: SSE2 lanes");
+    const __m128i l = _mm_castps_si128(lo), h = _mm_castps_si128(hi);
+    return _mm_castsi128_ps(_mm_or_si128(_mm_srli_si128(l, 4 * D), _mm_slli_si128(h, 16 - 4 * D)));
+  }
+}
+
 // ev[t] = src[2 t] for t < (n + 1) / 2 and od[t] = src[2 t + 1] for t < n / 2: a row split into
 // its two column phases in one pass, two vectors in, two out, a masked last step (src[0 .. n)
 // is all that is read). Inline: the stride-2 depthwise convolution and pooling call it for

@@ -579,8 +579,20 @@ void pool_cases(Cases& c) {
   c.add(pool(op, {1, 2, 6, 35}, {5, 5, 2, 2, {2, 2, 2, 2}}));
   c.add(pool(op, {1, 2, 20, 37}, {18, 17, 1, 1}));
   c.add(pool(op, {1, 2, 20, 37}, {18, 17, 1, 2, {1, 2, 1, 2}}), kNan);
+  // The register row kernel (kw 2 or 3, stride 1 or 2, left pad 0 or 1): each of its
+  // instances on rows of several vectors and a partial one, so the taps that shift across
+  // neighbouring vectors (and past the row's ends) run at every ISA's width.
+  c.add(pool(op, {1, 2, 5, 37}, {3, 3, 1, 1, p1}), kNan);
+  c.add(pool(op, {1, 2, 5, 37}, {3, 3, 1, 1}));
+  c.add(pool(op, {1, 2, 5, 33}, {2, 2, 1, 1}));
+  c.add(pool(op, {1, 2, 5, 33}, {2, 2, 1, 1, {0, 1, 1, 0}}), kNan);
+  c.add(pool(op, {1, 2, 6, 37}, {2, 2, 2, 2, {1, 1, 1, 1}}), kNan);
+  c.add(pool(op, {1, 2, 7, 50}, {3, 3, 2, 2}));
+  c.add(pool(op, {1, 2, 7, 50}, {3, 3, 2, 2, {0, 1, 1, 0}, 1, 1, true}));
+  c.add(pool(op, {1, 2, 7, 51}, {2, 2, 2, 2, {}, 1, 1, true}));
   if (avg) {
     c.add(pool(op, {1, 16, 12, 12}, {3, 3, 1, 1, p1, 1, 1, false, true}));
+    c.add(pool(op, {1, 2, 6, 35}, {3, 3, 1, 1, {1, 1, 0, 1}, 1, 1, false, true}));
     c.add(pool(op, {1, 5, 7, 7}, {3, 3, 2, 2, p1, 1, 1, false, true}));
     c.add(pool(op, {1, 3, 10, 10}, {3, 3, 2, 2, p1, 1, 1, true, true}));  // ceil overhang not counted
     c.add(pool(op, {1, 3, 7, 9}, {3, 3, 2, 2, {1, 0, 0, 1}, 1, 1, false, true}));
