@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <type_traits>
 
@@ -116,13 +117,78 @@ inline void transpose_block(const float* src, std::int64_t ld_src, float* dst, s
   }
 }
 
+// d[3 j + r] = the three rows' float j, j < W: one vector of each row in, three out (the
+// pixels of an RGB image in NHWC). AVX-512: two two-source permutes per output vector; AVX2:
+// the three rows permuted alike, then two blends per output vector. Not for SSE2.
+template <class Arch>
+inline void interleave3(fbatch<Arch> a, fbatch<Arch> b, fbatch<Arch> c, float* d) {
+  constexpr int W = static_cast<int>(fbatch<Arch>::size);
+#ifdef __AVX512F__
+  if constexpr (W == 16) {
+    // Output lane l of vector v holds element e = 16 v + l: row e % 3, float e / 3. First a and
+    // b into t (c's lanes arbitrary), then t and c. The indices are constants in memory (built
+    // on the stack per call, their vector loads waited on the scalar stores).
+    alignas(64) static constexpr auto idx = [] {
+      std::array<std::int32_t, 96> t{};
+      for (int v = 0; v < 3; ++v)
+        for (int l = 0; l < 16; ++l) {
+          const int e = 16 * v + l, r = e % 3, j = e / 3;
+          t[32 * v + l] = r == 1 ? 16 + j : j;
+          t[32 * v + 16 + l] = r == 2 ? 16 + j : l;
+        }
+      return t;
+    }();
+    for (int v = 0; v < 3; ++v) {
+      const __m512 t = _mm512_permutex2var_ps(a, _mm512_load_si512(idx.data() + 32 * v), b);
+      _mm512_storeu_ps(d + 16 * v, _mm512_permutex2var_ps(t, _mm512_load_si512(idx.data() + 32 * v + 16), c));
+    }
+  }
+#endif
+#ifdef __AVX2__
+  if constexpr (W == 8) {
+    const auto one = [&](auto vc) {
+      constexpr int v = decltype(vc)::value;
+      // Lane l: element e = 8 v + l, row e % 3, float e / 3; blend masks by row.
+      constexpr auto rows_of = [](int r) {
+        int m = 0;
+        for (int l = 0; l < 8; ++l) m |= ((8 * v + l) % 3 == r) << l;
+        return m;
+      };
+      constexpr int mb = rows_of(1), mc = rows_of(2);
+      const __m256i idx = _mm256_setr_epi32((8 * v + 0) / 3, (8 * v + 1) / 3, (8 * v + 2) / 3, (8 * v + 3) / 3,
+                                            (8 * v + 4) / 3, (8 * v + 5) / 3, (8 * v + 6) / 3, (8 * v + 7) / 3);
+      const __m256 pa = _mm256_permutevar8x32_ps(a, idx), pb = _mm256_permutevar8x32_ps(b, idx),
+                   pc = _mm256_permutevar8x32_ps(c, idx);
+      _mm256_storeu_ps(d + 8 * v, _mm256_blend_ps(_mm256_blend_ps(pa, pb, mb), pc, mc));
+    };
+    one(std::integral_constant<int, 0>{});
+    one(std::integral_constant<int, 1>{});
+    one(std::integral_constant<int, 2>{});
+  }
+#endif
+  static_assert(W > 4, "interleave3: AVX2 or AVX-512");
+}
+
 // dst[j * ld_dst + i] = src[i * ld_src + j] for i < rows, j < cols: W x W blocks through
 // registers, the edges one float at a time. Row-block outer, so a block row of src (W rows)
-// stays in L1 while its columns are written out.
+// stays in L1 while its columns are written out. Three rows into dst rows of three (an RGB
+// image's planes into NHWC pixels, the stems' input): interleave3 per W columns - as edges
+// of a W x W block they were all scalar moves.
 template <class Arch>
 void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_t ld_dst, std::int64_t rows,
                   std::int64_t cols) {
   constexpr std::int64_t W = fbatch<Arch>::size;
+  if constexpr (W > 4)
+    if (rows == 3 && ld_dst == 3) {
+      using B = fbatch<Arch>;
+      std::int64_t j = 0;
+      for (; j + W <= cols; j += W)
+        interleave3<Arch>(B::load_unaligned(src + j), B::load_unaligned(src + ld_src + j),
+                          B::load_unaligned(src + 2 * ld_src + j), dst + 3 * j);
+      for (; j < cols; ++j)
+        for (std::int64_t r = 0; r < 3; ++r) dst[3 * j + r] = src[r * ld_src + j];
+      return;
+    }
   std::int64_t i = 0;
   for (; i + W <= rows; i += W) {
     std::int64_t j = 0;
@@ -130,6 +196,23 @@ void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_
     for (; j < cols; ++j)
       for (std::int64_t u = i; u < i + W; ++u) dst[j * ld_dst + u] = src[u * ld_src + j];
   }
+#if defined(__AVX512F__) && defined(__AVX2__)
+  // AVX-512: a remainder of 8 or more rows as 8 x 8 blocks of AVX registers (56 rows: the last
+  // 8 were all scalar moves).
+  if constexpr (W == 16)
+    if (i + 8 <= rows) {
+      std::int64_t j = 0;
+      for (; j + 8 <= cols; j += 8) {
+        __m256 r[8];
+        for (int u = 0; u < 8; ++u) r[u] = _mm256_loadu_ps(src + (i + u) * ld_src + j);
+        transpose8(r);
+        for (int u = 0; u < 8; ++u) _mm256_storeu_ps(dst + (j + u) * ld_dst + i, r[u]);
+      }
+      for (; j < cols; ++j)
+        for (std::int64_t u = i; u < i + 8; ++u) dst[j * ld_dst + u] = src[u * ld_src + j];
+      i += 8;
+    }
+#endif
   for (; i < rows; ++i)
     for (std::int64_t j = 0; j < cols; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
 }
