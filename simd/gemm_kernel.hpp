@@ -385,10 +385,13 @@ struct Store {
   bool first, last;
   const float* bias;  // already offset to the tile's (row 0, column 0); nullptr: none
   int64_t bias_rs, bias_cs;
-  int64_t row0, col0;         // the tile's (row 0, column 0) in C, for the epilogue's operands
-  int64_t ldpb;               // B micro-panel row step: nr when packed, ldb when read in place
-  const float* pf = nullptr;  // npf cache lines from pf to request into L2 along the k loop
-  int64_t npf = 0;
+  int64_t row0, col0;  // the tile's (row 0, column 0) in C, for the epilogue's operands
+  int64_t ldpb;        // B micro-panel row step: nr when packed, ldb when read in place
+  // npf requests into L2 along the k loop, one per k step: the line at pf (and the one after
+  // it with pf_two), pf moving on by pf_step floats each time.
+  const float* pf = nullptr;
+  int64_t npf = 0, pf_step = 16;
+  bool pf_two = false;
 };
 
 // How many k steps ahead the rows of a B read in place are prefetched (each step is ~mr cycles of
@@ -433,7 +436,8 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
         for (int v = 0; v < NV; ++v) b[v] = B::load_aligned(pb + v * W);
         if (npf > 0) {
           __builtin_prefetch(pf, 0, 2);
-          pf += 16;
+          if (st.pf_two) __builtin_prefetch(pf + 16, 0, 2);
+          pf += st.pf_step;
           --npf;
         }
       }
@@ -614,13 +618,27 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
       pack_b_panel<Arch>(g.b, g.ldb, g.trans_b, k0, kc, jc + j, cols, panel);
       pbj = panel;
     }
+    // Packed one panel at a time from b's own rows (kc rows, ldb apart: a page or more for wide
+    // B, so no hardware prefetcher follows them and every row of the copy waited on L3 or
+    // memory), the next panel's source rows are requested into L2 while this panel's row
+    // tiles run: a share of the rows per tile, one row per k step of its loop.
+    const float* next_src =
+        mode == BPanels::each && !g.trans_b && next_panel ? g.b + k0 * g.ldb + jc + j + nr : nullptr;
+    const int64_t src_rows_per_tile = gemm_ceil_div(kc, tiles.t);
     for (int64_t q = 0; q < tiles.t; ++q) {
       const int64_t i = tiles.begin(q), rows = tiles.begin(q + 1) - i;
       st.bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + (jc + j) * g.bias_cs : nullptr;
       st.row0 = i0 + i;
       st.col0 = jc + j;
-      st.npf = std::clamp<int64_t>(pf_lines - q * pf_per_tile, 0, pf_per_tile);
-      st.pf = st.npf > 0 ? pf + q * pf_per_tile * 16 : nullptr;
+      if (next_src) {
+        st.npf = std::clamp<int64_t>(kc - q * src_rows_per_tile, 0, src_rows_per_tile);
+        st.pf = next_src + q * src_rows_per_tile * g.ldb;
+        st.pf_step = g.ldb;
+        st.pf_two = nr > 16;
+      } else {
+        st.npf = std::clamp<int64_t>(pf_lines - q * pf_per_tile, 0, pf_per_tile);
+        st.pf = st.npf > 0 ? pf + q * pf_per_tile * 16 : nullptr;
+      }
       if (last && (q + 1 < tiles.t || next_panel)) {
         // One tile ahead, towards L2: the next tile's C lines with write intent (its stores
         // would otherwise each wait for a read for ownership) and its epilogue operands.
