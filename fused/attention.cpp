@@ -101,14 +101,6 @@ struct Epilogue {
   int64_t diag;   // key j is hidden from lane l when l < j - diag (diag = i0 + Skv - Sq)
 };
 
-// Lane indices 0, 1, ..., W - 1 as floats.
-template <class Arch>
-fbatch<Arch> lane_iota() {
-  alignas(64) float t[fbatch<Arch>::size];
-  for (std::size_t l = 0; l < fbatch<Arch>::size; ++l) t[l] = static_cast<float>(l);
-  return fbatch<Arch>::load_aligned(t);
-}
-
 // Lanes [l0, l0 + W) of the query tile that see key j: l >= j - diag. The threshold is
 // clamped to [-1, BQ] so that the float compare is exact.
 template <class Arch>
@@ -157,7 +149,7 @@ void qk_tile(const float* __restrict k, int64_t ks, int64_t D, const float* __re
       for (int v = 0; v < NQ; ++v) acc[r][v] = xsimd::fma(kr, q[v], acc[r][v]);
     }
   }
-  [[maybe_unused]] const B iota = lane_iota<Arch>();
+  [[maybe_unused]] const B iota = simd::lane_iota<Arch>();
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -197,7 +189,7 @@ void pv_tile(const float* __restrict v, int64_t vs, int64_t n, const float* __re
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int q = 0; q < NQ; ++q) acc[r][q] = B(0.f);
-  [[maybe_unused]] const B iota = lane_iota<Arch>();
+  [[maybe_unused]] const B iota = simd::lane_iota<Arch>();
 #pragma GCC unroll 2
   for (int64_t j = 0; j < n; ++j) {
     B p[NQ];

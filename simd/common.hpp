@@ -105,6 +105,14 @@ float hmax(fbatch<Arch> v) {
   return m;
 }
 
+// Lane indices 0, 1, ..., W - 1 as floats: lane_iota() < n masks the first n lanes. A constant
+// in memory, not stores to the stack read back as a vector.
+template <class Arch>
+inline fbatch<Arch> lane_iota() {
+  alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return fbatch<Arch>::load_aligned(kIota);
+}
+
 // max(a, b) lane by lane (b where either is NaN: a > b ? a : b, what a select
 // on a > b computes, in one instruction). AVX-512: the masked form, because GCC 12's
 // plain _mm512_max_ps reads _mm512_undefined_ps() and warns at some inlining sites (PR 105593).

@@ -607,9 +607,19 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
     const int64_t cols = std::min(nr, j1 - j);
     const float* pbj = pb + j * kc;
     const bool next_panel = j + nr < j1;
-    const float* pf = g.packed_b ? (next_panel ? pbj + nr * kc : next_k) : nullptr;
-    const int64_t pf_lines = pf ? (next_panel ? kc : kc_next) * nr / 16 : 0;
-    const int64_t pf_per_tile = gemm_ceil_div(pf_lines, tiles.t);
+    // What the row tiles request into L2 along their k loops, a share each: B packed at
+    // prepare, the next micro-panel's lines; B packed here one panel at a time from its own
+    // rows (BPanels::each: kc rows ldb apart, a page or more for wide B, so no hardware
+    // prefetcher follows them and every row of the copy waited on L3 or memory), the next
+    // panel's source rows, one row (one or two lines) per k step.
+    const bool next_rows = mode == BPanels::each && !g.trans_b && next_panel;
+    const float* pf = g.packed_b  ? (next_panel ? pbj + nr * kc : next_k)
+                      : next_rows ? g.b + k0 * g.ldb + jc + j + nr
+                                  : nullptr;
+    const int64_t pf_count = !pf ? 0 : g.packed_b ? (next_panel ? kc : kc_next) * nr / 16 : kc;
+    const int64_t pf_per_tile = gemm_ceil_div(pf_count, tiles.t);
+    st.pf_step = g.packed_b ? 16 : g.ldb;
+    st.pf_two = !g.packed_b && nr > 16;
     st.ldpb = nr;
     if (mode == BPanels::direct && cols == nr) {
       pbj = g.b + k0 * g.ldb + jc + j;
@@ -618,27 +628,13 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
       pack_b_panel<Arch>(g.b, g.ldb, g.trans_b, k0, kc, jc + j, cols, panel);
       pbj = panel;
     }
-    // Packed one panel at a time from b's own rows (kc rows, ldb apart: a page or more for wide
-    // B, so no hardware prefetcher follows them and every row of the copy waited on L3 or
-    // memory), the next panel's source rows are requested into L2 while this panel's row
-    // tiles run: a share of the rows per tile, one row per k step of its loop.
-    const float* next_src =
-        mode == BPanels::each && !g.trans_b && next_panel ? g.b + k0 * g.ldb + jc + j + nr : nullptr;
-    const int64_t src_rows_per_tile = gemm_ceil_div(kc, tiles.t);
     for (int64_t q = 0; q < tiles.t; ++q) {
       const int64_t i = tiles.begin(q), rows = tiles.begin(q + 1) - i;
       st.bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + (jc + j) * g.bias_cs : nullptr;
       st.row0 = i0 + i;
       st.col0 = jc + j;
-      if (next_src) {
-        st.npf = std::clamp<int64_t>(kc - q * src_rows_per_tile, 0, src_rows_per_tile);
-        st.pf = next_src + q * src_rows_per_tile * g.ldb;
-        st.pf_step = g.ldb;
-        st.pf_two = nr > 16;
-      } else {
-        st.npf = std::clamp<int64_t>(pf_lines - q * pf_per_tile, 0, pf_per_tile);
-        st.pf = st.npf > 0 ? pf + q * pf_per_tile * 16 : nullptr;
-      }
+      st.npf = std::clamp<int64_t>(pf_count - q * pf_per_tile, 0, pf_per_tile);
+      st.pf = st.npf > 0 ? pf + q * pf_per_tile * st.pf_step : nullptr;
       if (last && (q + 1 < tiles.t || next_panel)) {
         // One tile ahead, towards L2: the next tile's C lines with write intent (its stores
         // would otherwise each wait for a read for ownership) and its epilogue operands.

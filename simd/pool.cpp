@@ -21,9 +21,12 @@
 //          128 x 56 x 56 and avgpool 3x3/1 pad 1 over 192 x 28 x 28 up to several times faster
 //          (level with oneDNN on the maxpool, still behind it on the avgpools then; current
 //          figures: reports/REPORT.md, maxpool2d and avgpool2d).
-//        The 2- and 3-row / 2- and 3-tap windows (stride 1 for the taps) run with their row and
-//          tap offsets fixed (no pointer array read back per vector): a further gain, largest
-//          for avgpool 3x3/1, small for maxpool 3x3/2 and avgpool 2x2/2 (3 A/B pairs each).
+//        The 2- and 3-row windows run the vertical pass with their row offsets fixed (no
+//          pointer array read back per vector).
+//        The windows of real models (kw 2 or 3, stride 1 or 2, left pad 0 or 1, undilated)
+//          skip the buffer: pool_row_regs keeps both reductions in registers, the taps shifted
+//          across neighbouring vectors. Read back from the buffer one or two floats off its
+//          vector stores, they stalled on store forwarding.
 //        The max is select((v > m) | isnan(v), v, m): naive's rule, so a NaN sticks.
 //        global_avgpool: a vector sum per (n, c) plane (NCHW) or vectors across channels (NHWC).
 // fused: pooling is memory-bound; fusion only pays when it follows a convolution (the pool is
@@ -127,8 +130,9 @@ float row_divisor(const Geometry& g, std::int64_t oh, std::int64_t rows) {
 }
 
 // NCHW, the small windows of real models (kw 2 or 3, stride 1 or 2, left pad 0 or 1 - what
-// validation allows them - no dilation): one output row with both reductions in registers. col(k) reduces the window's
-// rows over input columns k W .. k W + W - 1 (the identity past the row's end); each output
+// validation allows them - no dilation): one output row with both reductions in registers.
+// col(k) reduces the window's rows over input columns k W .. k W + W - 1 (the identity past
+// the row's end); each output
 // vector's taps are col vectors shifted across their neighbours (shift_concat), or for
 // stride 2 the even and odd columns of two col vectors (even_odd) and their shifts. Each col
 // vector is computed once and rolled along the row. The buffer route below stores the
@@ -142,7 +146,6 @@ template <class Arch, int KW, int SW, int PL>
 void pool_row_regs(const Geometry& g, const float* const* rp, int nr, float* y, float rcount, const float* cnt) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
-  alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const bool is_max = g.is_max;
   const B id(is_max ? -kInf : 0.f);
   const std::int64_t width = g.W;
@@ -152,7 +155,7 @@ void pool_row_regs(const Geometry& g, const float* const* rp, int nr, float* y, 
     if (n <= 0 || nr == 0) return id;
     B acc = load_partial<Arch>(rp[nr - 1] + o, n);
     for (int r = nr - 2; r >= 0; --r) acc = comb(acc, load_partial<Arch>(rp[r] + o, n));
-    if (is_max && n < W) acc = xsimd::select(B::load_aligned(kIota) < B(static_cast<float>(n)), acc, id);
+    if (is_max && n < W) acc = xsimd::select(lane_iota<Arch>() < B(static_cast<float>(n)), acc, id);
     return acc;
   };
   const B vr(rcount);
@@ -310,23 +313,6 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
   // at q + (jj * dw) / sw: the tap pointers are stepped without a division, kTaps per sweep.
   const float rcount = row_divisor(g, oh, rows);
   const B vr(rcount);
-  // Stride 1, no dilation, the common 2- and 3-wide windows: the taps are buf + q + t, fixed
-  // offsets unrolled at compile time (the generic sweep below loads each tap's pointer from the
-  // stack per vector).
-  const auto fixed = [&](auto kw) {
-    constexpr int KW = decltype(kw)::value;
-    for (std::int64_t q = 0; q < g.Q; q += W) {
-      B acc = B::load_unaligned(ph + q);
-      for (int t = 1; t < KW; ++t) acc = comb(acc, B::load_unaligned(ph + q + t));
-      if (!is_max) {
-        const B div = vr * B::load_unaligned(cnt + q);
-        acc = xsimd::select(div > B(0.f), acc / div, B(0.f));
-      }
-      store_partial<Arch>(y + q, acc, g.Q - q);
-    }
-  };
-  if (g.sw == 1 && g.dw == 1 && g.kw == 3) return fixed(std::integral_constant<int, 3>{});
-  if (g.sw == 1 && g.dw == 1 && g.kw == 2) return fixed(std::integral_constant<int, 2>{});
   const float* tp[kTaps];
   std::int64_t phase = 0, off = 0;  // of the next tap
   for (std::int64_t j0 = 0; j0 < g.kw; j0 += kTaps) {

@@ -202,12 +202,8 @@ void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_
   if constexpr (W == 16)
     if (i + 8 <= rows) {
       std::int64_t j = 0;
-      for (; j + 8 <= cols; j += 8) {
-        __m256 r[8];
-        for (int u = 0; u < 8; ++u) r[u] = _mm256_loadu_ps(src + (i + u) * ld_src + j);
-        transpose8(r);
-        for (int u = 0; u < 8; ++u) _mm256_storeu_ps(dst + (j + u) * ld_dst + i, r[u]);
-      }
+      for (; j + 8 <= cols; j += 8)
+        transpose_block<xsimd::fma3<xsimd::avx2>>(src + i * ld_src + j, ld_src, dst + j * ld_dst + i, ld_dst);
       for (; j < cols; ++j)
         for (std::int64_t u = i; u < i + 8; ++u) dst[j * ld_dst + u] = src[u * ld_src + j];
       i += 8;
