@@ -45,7 +45,6 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -57,6 +56,7 @@
 #include "simd/conv_kernel.hpp"
 #include "simd/gemm_kernel.hpp"
 #include "simd/transpose.hpp"
+#include "src/threads.hpp"
 
 namespace opfuse::fused {
 inline namespace OPFUSE_SIMD_NS {
@@ -72,10 +72,7 @@ namespace {
 
 using i64 = std::int64_t;
 
-int max_threads() {
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc > 0 ? static_cast<int>(hc) : 1;
-}
+int max_threads() { return ::opfuse::detail::hardware_threads(); }
 
 // w' = w * sc[k] as a dense (K, Cg*R*S) matrix (the NHWC 1x1 GEMM's B, packed by pack_b).
 void fold_weights(const ConvGeom& g, const float* w, const float* sc, float* wout) {

@@ -24,7 +24,6 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <thread>
 #include <vector>
 
 #include "fused/gemm.hpp"
@@ -32,6 +31,7 @@
 #include "simd/activation.hpp"
 #include "simd/common.hpp"
 #include "simd/gemm_kernel.hpp"
+#include "src/threads.hpp"
 
 namespace opfuse::fused {
 inline namespace OPFUSE_SIMD_NS {
@@ -47,10 +47,7 @@ namespace {
 
 using std::int64_t;
 
-int gemm_max_threads() {
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc > 0 ? static_cast<int>(hc) : 1;
-}
+int gemm_max_threads() { return ::opfuse::detail::hardware_threads(); }
 
 struct GemmShape {
   int64_t m, n, k;

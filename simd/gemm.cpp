@@ -93,21 +93,18 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <thread>
 
 #include "simd/activation.hpp"
 #include "simd/common.hpp"
 #include "simd/gemm_kernel.hpp"
+#include "src/threads.hpp"
 
 namespace opfuse::simd {
 inline namespace OPFUSE_SIMD_NS {
 namespace {
 
 // The workspace is sized at prepare without the context, so for every hardware thread.
-int gemm_max_threads() {
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc > 0 ? static_cast<int>(hc) : 1;
-}
+int gemm_max_threads() { return ::opfuse::detail::hardware_threads(); }
 
 struct GemmShape {
   std::int64_t m, n, k;

@@ -5,12 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "opfuse/primitive.hpp"
 #include "src/checked.hpp"
 #include "src/denormal.hpp"
+#include "src/threads.hpp"
 
 namespace opfuse {
 
@@ -25,8 +25,7 @@ Status op_error(StatusCode code, const OpDesc& d, const std::string& msg) {
 
 int resolve_threads(int requested) {
   if (requested > 0) return requested;
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc ? static_cast<int>(hc) : 1;
+  return detail::hardware_threads();
 }
 
 bool overlaps(const Tensor& a, const Tensor& b) {
