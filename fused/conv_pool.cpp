@@ -317,6 +317,26 @@ void pool_width(const ConvPoolGeom& g, i64 Kp, const float* crow, float* out) {
   }
 }
 
+// Height pooling: pixel qo of out (ldo floats apart, its first kw channels written) = the max
+// over pixel qo of the window's nr ring rows src[0 .. nr), vector by vector. A function of
+// values: written inline in run's row loop, the ring slot p % kh was a 64-bit division per
+// vector and the captured sizes were reloaded after every store, and this pass took several
+// percent of the ResNet stem at AVX2 (perf).
+template <class Arch>
+void pool_height(const float* const* src, i64 nr, i64 PQ, i64 Kp, i64 kw, float* out, i64 ldo) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  for (i64 qo = 0; qo < PQ; ++qo) {
+    const i64 at = qo * Kp;
+    float* dst = out + qo * ldo;
+    for (i64 v = 0; v < kw; v += Wd) {
+      B m = B::load_aligned(src[0] + at + v);
+      for (i64 i = 1; i < nr; ++i) m = nan_max<Arch>(m, B::load_aligned(src[i] + at + v));
+      simd::store_partial<Arch>(dst + v, m, kw - v);
+    }
+  }
+}
+
 template <class Arch, int NV>
 void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const float* params, const State& st) {
   using B = fbatch<Arch>;
@@ -354,34 +374,14 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
         pool_width<Arch>(g, Kp, crow, ring + slot * sl.ring_row);
         tag[slot] = n * g.P + p;
       }
-      // Height pooling over the ring rows of this window, straight into y.
-      const float* first = ring + (ra % g.kh) * sl.ring_row;
+      // Height pooling over the ring rows of this window, straight into y (NHWC) or into the
+      // pooled row buffer (NCHW).
+      const float* src[64];
+      for (i64 p = ra; p < re; ++p) src[p - ra] = ring + (p % g.kh) * sl.ring_row;
       if (g.x_nhwc) {
-        float* yrow = y + (n * g.PP + po) * g.PQ * g.K;
-        for (i64 qo = 0; qo < g.PQ; ++qo) {
-          for (i64 v = 0; v < g.K; v += Wd) {  // Kp may hold whole vectors of padding channels
-            B m = B::load_aligned(first + qo * Kp + v);
-            for (i64 p = ra + 1; p < re; ++p)
-              m = nan_max<Arch>(m, B::load_aligned(ring + (p % g.kh) * sl.ring_row + qo * Kp + v));
-            float* dst = yrow + qo * g.K + v;
-            if (v + Wd <= g.K) {
-              m.store_unaligned(dst);
-            } else {
-              alignas(64) float tmp[Wd];
-              m.store_aligned(tmp);
-              std::memcpy(dst, tmp, static_cast<std::size_t>(g.K - v) * sizeof(float));
-            }
-          }
-        }
+        pool_height<Arch>(src, re - ra, g.PQ, Kp, g.K, y + (n * g.PP + po) * g.PQ * g.K, g.K);
       } else {
-        for (i64 qo = 0; qo < g.PQ; ++qo) {
-          for (i64 v = 0; v < g.K; v += Wd) {
-            B m = B::load_aligned(first + qo * Kp + v);
-            for (i64 p = ra + 1; p < re; ++p)
-              m = nan_max<Arch>(m, B::load_aligned(ring + (p % g.kh) * sl.ring_row + qo * Kp + v));
-            m.store_aligned(prow + qo * Kp + v);
-          }
-        }
+        pool_height<Arch>(src, re - ra, g.PQ, Kp, round_up(g.K, Wd), prow, Kp);
         // (PQ x Kp) -> y[n][k][po][:], out of the L1-resident pooled row.
         const i64 plane = g.PP * g.PQ;
         float* yrow = y + n * g.K * plane + po * g.PQ;
