@@ -72,8 +72,6 @@ namespace {
 
 using i64 = std::int64_t;
 
-int max_threads() { return ::opfuse::detail::hardware_threads(); }
-
 // w' = w * sc[k] as a dense (K, Cg*R*S) matrix (the NHWC 1x1 GEMM's B, packed by pack_b).
 void fold_weights(const ConvGeom& g, const float* w, const float* sc, float* wout) {
   const i64 taps = g.Cg * g.R * g.S;
@@ -103,8 +101,8 @@ i64 conv1x1_nc_cap(const ConvGeom& g) {
 
 template <class Arch>
 std::size_t conv1x1_sgemm_ws(const ConvGeom& g) {
-  if (g.x_nhwc) return sgemm_workspace<Arch>(g.N * g.P * g.Q, g.K, g.C, max_threads());
-  return sgemm_workspace<Arch>(g.K, g.P * g.Q, g.C, max_threads(), conv1x1_nc_cap<Arch>(g));
+  if (g.x_nhwc) return sgemm_workspace<Arch>(g.N * g.P * g.Q, g.K, g.C, ::opfuse::detail::hardware_threads());
+  return sgemm_workspace<Arch>(g.K, g.P * g.Q, g.C, ::opfuse::detail::hardware_threads(), conv1x1_nc_cap<Arch>(g));
 }
 
 struct Conv1x1State {
@@ -365,7 +363,7 @@ void Conv1x1::operator()(Arch, const KernelArgs& args) const {
 
   SgemmArgs sg;
   sg.workspace = wsg;
-  sg.threads = std::min(args.threads, max_threads());
+  sg.threads = std::min(args.threads, ::opfuse::detail::hardware_threads());
   if (g.x_nhwc) {
     // y (NPQ x K) = x (NPQ x C) w'^T: w' is (K x C), i.e. op(B) = w'^T with trans_b; the scale
     // goes into w' (a column scale of op(B)) unless w' was packed at prepare.

@@ -47,8 +47,6 @@ namespace {
 
 using std::int64_t;
 
-int gemm_max_threads() { return ::opfuse::detail::hardware_threads(); }
-
 struct GemmShape {
   int64_t m, n, k;
 };
@@ -95,7 +93,7 @@ std::size_t Gemm::workspace(Arch, const OpDesc& desc) {
   std::size_t bn = 0;
   for (const PostOp& op : desc.p<GemmParams>().post_ops)
     if (op.kind == PostOp::Kind::batchnorm) bn += static_cast<std::size_t>(gemm_round_up(s.n, 16));
-  return sgemm_workspace<Arch>(s.m, s.n, s.k, gemm_max_threads()) + bn + 16;
+  return sgemm_workspace<Arch>(s.m, s.n, s.k, ::opfuse::detail::hardware_threads()) + bn + 16;
 }
 
 template <class Arch>
@@ -156,10 +154,11 @@ void Gemm::operator()(Arch, const KernelArgs& args) const {
     g.bias_cs = rc.cs;
   }
   g.workspace = args.workspace;
-  g.threads = std::min(args.threads, gemm_max_threads());
+  g.threads = std::min(args.threads, ::opfuse::detail::hardware_threads());
 
   // The chain as the micro-kernel's epilogue. Batchnorm operands are (N): one per column.
-  float* ws = simd::align64(args.workspace + sgemm_workspace<Arch>(s.m, s.n, s.k, gemm_max_threads()));
+  float* ws =
+      simd::align64(args.workspace + sgemm_workspace<Arch>(s.m, s.n, s.k, ::opfuse::detail::hardware_threads()));
   const OperandIndex idx = operand_index(p);
   ChainEpilogue epi;
   for (std::size_t i = 0; i < p.post_ops.size(); ++i) {

@@ -103,9 +103,6 @@ namespace opfuse::simd {
 inline namespace OPFUSE_SIMD_NS {
 namespace {
 
-// The workspace is sized at prepare without the context, so for every hardware thread.
-int gemm_max_threads() { return ::opfuse::detail::hardware_threads(); }
-
 struct GemmShape {
   std::int64_t m, n, k;
 };
@@ -208,7 +205,8 @@ template <class Arch>
 std::size_t Gemm::workspace(Arch, const OpDesc& desc) {
   const GemmShape s = gemm_shape(desc);
   // sgemm's packed blocks for every hardware thread, then n floats of batchnorm inv_std.
-  return sgemm_workspace<Arch>(s.m, s.n, s.k, gemm_max_threads()) + static_cast<std::size_t>(s.n) + 16;
+  return sgemm_workspace<Arch>(s.m, s.n, s.k, ::opfuse::detail::hardware_threads()) + static_cast<std::size_t>(s.n) +
+         16;
 }
 
 template <class Arch>
@@ -237,7 +235,7 @@ void Gemm::operator()(Arch, const KernelArgs& args) const {
   const Tensor& b = *args.in[1];
   const Tensor& y = *args.out[0];
   const auto* st = static_cast<const GemmState*>(args.state);
-  const int threads = std::min(args.threads, gemm_max_threads());
+  const int threads = std::min(args.threads, ::opfuse::detail::hardware_threads());
 
   // a is (M, K) [or (K, M)]; b is (K, N) [or (N, K)]; y is (M, N); all dense row-major.
   SgemmArgs g;
@@ -267,7 +265,7 @@ void Gemm::operator()(Arch, const KernelArgs& args) const {
   sgemm<Arch>(g);
 
   // The post-op chain: one vectorized pass over y per step. Operands follow a, b, [bias].
-  float* inv_std = args.workspace + sgemm_workspace<Arch>(s.m, s.n, s.k, gemm_max_threads());
+  float* inv_std = args.workspace + sgemm_workspace<Arch>(s.m, s.n, s.k, ::opfuse::detail::hardware_threads());
   const Tensor* const* ops = args.in + (p.has_bias ? 3 : 2);
   for (const PostOp& op : p.post_ops) {
     switch (op.kind) {

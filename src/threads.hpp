@@ -5,11 +5,11 @@ namespace opfuse::detail {
 
 // std::thread::hardware_concurrency() (at least 1), read on the first call and kept. glibc
 // answers hardware_concurrency() by opening and parsing /sys/devices/system/cpu/online every
-// time: two system calls and a file parse, which the GEMM and 1x1 convolution kernels had paid
-// on every execute (visible under strace as one openat per call; on the batch-1 classifier
-// GEMV it was a measurable share of the call, see the gemm rows of reports/REPORT.md). One
-// value per process also keeps a kernel's workspace, sized at prepare for this many threads,
-// consistent with the team it clamps to this count at execute.
+// time: system calls and a file parse, which the GEMM and 1x1 convolution kernels had paid on
+// every execute (an openat under strace per call of it; on the batch-1 classifier GEMV a
+// measurable share of the call, see the gemm rows of reports/REPORT.md). One value per process
+// also keeps a kernel's workspace, sized at prepare for this many threads (prepare has no
+// context), consistent with the team it clamps to this count at execute.
 int hardware_threads() noexcept;
 
 }  // namespace opfuse::detail

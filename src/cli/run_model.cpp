@@ -28,13 +28,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <thread>
 
 #include "bench/roofline.hpp"
 #include "check/check.hpp"
 #include "opfuse/model.hpp"
 #include "opfuse/registry.hpp"
 #include "src/graph/passes/fusion.hpp"
+#include "src/threads.hpp"
 
 namespace opfuse::cli {
 
@@ -327,7 +327,7 @@ int cmd_run(const RunArgs& a) {
                      [](const NodeTime& x, const NodeTime& y) { return x.in_plan_median_ms > y.in_plan_median_ms; });
     roof = bench::probe_roofline(true, llc_bytes());
   }
-  const int threads_used = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads_used = a.threads > 0 ? a.threads : detail::hardware_threads();
   const auto rates = [&](const NodeTime& t) {
     NodeRates r;
     const double s = t.in_plan_median_ms * 1e-3;
@@ -424,7 +424,7 @@ int cmd_run(const RunArgs& a) {
     std::cout << j.dump(2) << "\n";
   } else {
     const std::string threads =
-        a.threads > 0 ? std::to_string(a.threads) : fmt::format("all ({})", std::thread::hardware_concurrency());
+        a.threads > 0 ? std::to_string(a.threads) : fmt::format("all ({})", detail::hardware_threads());
     std::printf("%s  stage %s  threads %s: latency %.3f ms median, %.3f ms min over %d runs\n", a.model.c_str(),
                 a.stage.c_str(), threads.c_str(), median, best, a.repeat);
     std::printf(
