@@ -31,8 +31,8 @@
 // @56 +bn+add+relu, 1x1 1024 -> 256 @14, 1x1 320 -> 1280 @7 +bn+relu6, 3x3 128 @28, 256 @14 and
 // 512 @7 +bn+relu, the stems), one and two threads, are in reports/REPORT.md (conv2d), or run
 // `opfuse-bench --op conv2d`. Notes the figures do not show:
-//   1x1 320 -> 1280 @7: 49 pixels, so the GEMM's second 32-column panel holds 17 and 77% of its
-//   lanes work; still, the GEMM measured clearly faster there than this file's direct kernel.
+//   1x1 320 -> 1280 @7: 49 pixels, so the GEMM's second 32-column panel holds 17 columns: one
+//   vector and one single column (simd/gemm_kernel.hpp's kColumnTiles).
 //   3x3 512 -> 512 @7: the figures include packing the weights on every call.
 //   The 3-channel stems run the nchw_smallc kernels (fused/conv_dw.cpp) since e2ab59e; this
 //   file's direct kernel had been slower than them on both stems (snapshot of ba8b496).

@@ -181,7 +181,9 @@ std::int64_t gemm_a_block(std::int64_t m, std::int64_t kc) {
   constexpr std::int64_t mr = GemmTile<Arch>::mr;
   const std::int64_t mc = std::min(gemm_blocking<Arch>().mc, gemm_round_up(m, mr));
   const std::int64_t one = std::min(gemm_round_up(m, mr), gemm_round_up(gemm_in_place_rows<Arch>(kc), mr));
-  return gemm_round_up(kc * std::max(mc, one), 16);
+  // + W: the slack one vector load of the last k step reads past the last micro-panel
+  // (load_a_step).
+  return gemm_round_up(kc * std::max(mc, one) + static_cast<std::int64_t>(fbatch<Arch>::size), 16);
 }
 
 // Problems of at most this many rows (and B not packed at prepare) take sgemm_rows: a
@@ -270,12 +272,14 @@ void pack_a_tile_transposed(const SgemmArgs& g, int64_t a0, int64_t rows, bool a
 
 // A block: rows [i0, i0 + mc) x k [k0, k0 + kc) of op(A) into one micro-panel per row tile,
 // each kc x mr (k-major: the values the micro-kernel broadcasts at one k step are adjacent).
-// Rows past a tile's height are never read (the micro-kernel has a variant per row count), so
-// they are not written either.
+// Rows past a tile's height are not written: the micro-kernel has a variant per row count, and
+// the single-column edge tiles (load_a_step) read them only into lanes they discard. The W
+// floats after the last micro-panel, which those read too, are zeroed.
 template <class Arch>
 void pack_a(const SgemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* dst) {
   constexpr int64_t mr = GemmTile<Arch>::mr;
   const RowTiles<Arch> tiles(mc);
+  std::fill_n(dst + tiles.t * mr * kc, fbatch<Arch>::size, 0.f);
   const float* sc = g.a_scale ? g.a_scale + i0 : nullptr;  // the block's row scales
   if (g.trans_a) {
     // A is (k, m): row k of the block is mc contiguous floats; walk it once per k.
@@ -398,34 +402,91 @@ struct Store {
 // FMAs; an L3 hit takes ~50 ns).
 inline constexpr int64_t kBAhead = 16;
 
+// Single columns of a right edge, beside its whole vectors (micro_tile's E): at most this many,
+// 0 where the ISA does not take them. One such column costs one FMA per k step (the k step's mr
+// A values as one vector times the broadcast B value), a vector of columns costs R, so a narrow
+// remainder stops paying for a whole vector: a 49-pixel 1x1 convolution's second 32-column panel
+// (17 columns) becomes one vector and one column, 15 FMAs per k step instead of 28 at AVX-512.
+template <class Arch>
+inline constexpr int kEdgeColumns = std::is_same_v<Arch, sse2> ? 0 : 4;
+
+// The mr floats of one k step of a packed A micro-panel as one vector. A plain load: the lanes
+// past mr read the next k step, or past the last k step the block's slack (gemm_a_block,
+// zeroed by pack_a), and are discarded. A masked load was no cheaper, and GCC, not seeing which
+// memory it reads, kept a copy of every accumulator on the stack, stored at each k step.
+template <class Arch>
+fbatch<Arch> load_a_step(const float* pa) {
+  static_assert(GemmTile<Arch>::mr <= fbatch<Arch>::size, "a k step of A fits one vector");
+  return fbatch<Arch>::load_unaligned(pa);
+}
+
+template <class Arch, int R, class Epi, int NV>
+void store_tile(fbatch<Arch> (&acc)[R][NV], float* __restrict c, int64_t ldc, int64_t cols, const Store& st,
+                const Epi& epi);
+
 // R rows (R <= mr) x nr columns of C += A micro-panel (kc x mr) * B micro-panel (kc x nr).
 // The accumulators are a fixed-size array indexed only by constants after unrolling, so the
 // compiler keeps all of them in registers. `cols` < nr is the right edge: the tile's first NV
 // vectors are computed (B is zero-padded) and only `cols` columns are stored. NV is nr / W,
-// or 1 for an edge of at most one vector (macro_kernel): a 49-pixel 1x1 convolution's last
-// panel holds 1 column of AVX2's 16, and the full tile spent 2 of its 8 accumulator vectors
-// per row on zeros. On the last k block an enabled epilogue (see NoEpilogue) maps every vector
-// of the finished tile before its store.
-template <class Arch, int R, class Epi, int NV = kGemmTileVectors<Arch>>
+// or 1 for an edge of at most one vector (macro_kernel), fewer for one with single columns:
+// E > 0 is a right edge of NV vectors and E more columns (B packed), which accumulate as
+// column vectors (lane i = row i, see kEdgeColumns) and become the tile's vector NV before the
+// store. On the last k block an enabled epilogue (see NoEpilogue) maps every vector of the
+// finished tile before its store (store_tile).
+template <class Arch, int R, class Epi, int NV = kGemmTileVectors<Arch>, int E = 0>
 void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* __restrict c, int64_t ldc,
                 int64_t cols, const Store& st, const Epi& epi) {
   using B = fbatch<Arch>;
   constexpr int mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, W = static_cast<int>(B::size);
-  B acc[R][NV];
+  static_assert(E == 0 || (NV + 1) * W <= nr, "the single columns fill the tile's vector NV");
+  B acc[R][NV > 0 ? NV : 1];
+  // Single columns alone (NV == 0) run S chains per column on alternate k steps: one FMA chain
+  // per column would wait on the FMA latency at every k step.
+  constexpr int S = NV > 0 || E == 0 ? 1 : (E == 1 ? 4 : 2);
+  B col[S][E > 0 ? E : 1];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = B(0.f);
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
+    for (int e = 0; e < E; ++e) col[s][e] = B(0.f);
 
   // B is a packed micro-panel (ldpb == nr, aligned, read front to back) or B's own rows read in
   // place (ldpb == ldb, see sgemm): then each row is prefetched kBAhead k steps before use.
   const int64_t ldpb = st.ldpb;
   const float* pf = st.pf;
   int64_t npf = st.npf;
+  const auto prefetch_next = [&] {
+    if (npf > 0) {
+      __builtin_prefetch(pf, 0, 2);
+      if (st.pf_two) __builtin_prefetch(pf + 16, 0, 2);
+      pf += st.pf_step;
+      --npf;
+    }
+  };
+  // The single columns alone (B is then a packed panel).
+  const auto columns_loop = [&](int64_t steps) {
+    const auto step = [&](int s) {
+      prefetch_next();
+      __builtin_prefetch(pa + 8 * mr, 0, 3);
+      const B a = load_a_step<Arch>(pa);
+#pragma GCC unroll 4
+      for (int e = 0; e < E; ++e) col[s][e] = xsimd::fma(a, B(pb[e]), col[s][e]);
+      pa += mr;
+      pb += nr;
+    };
+    int64_t k = 0;
+    for (; k + S <= steps; k += S)
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) step(s);
+    for (; k < steps; ++k) step(0);
+  };
   const auto k_loop = [&](int64_t steps, auto in_place) {
 #pragma GCC unroll 4
     for (int64_t k = 0; k < steps; ++k) {
-      B b[NV];
+      B b[NV > 0 ? NV : 1];
       if constexpr (decltype(in_place)::value) {
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) b[v] = B::load_unaligned(pb + v * W);
@@ -434,26 +495,30 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       } else {
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) b[v] = B::load_aligned(pb + v * W);
-        if (npf > 0) {
-          __builtin_prefetch(pf, 0, 2);
-          if (st.pf_two) __builtin_prefetch(pf + 16, 0, 2);
-          pf += st.pf_step;
-          --npf;
-        }
+        prefetch_next();
       }
       __builtin_prefetch(pa + 8 * mr, 0, 3);
+      if constexpr (NV > 0) {
 #pragma GCC unroll 16
-      for (int i = 0; i < R; ++i) {
-        const B ai(pa[i]);
+        for (int i = 0; i < R; ++i) {
+          const B ai(pa[i]);
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, b[v], acc[i][v]);
+          for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, b[v], acc[i][v]);
+        }
+      }
+      if constexpr (E > 0) {
+        const B a = load_a_step<Arch>(pa);
+#pragma GCC unroll 4
+        for (int e = 0; e < E; ++e) col[0][e] = xsimd::fma(a, B(pb[NV * W + e]), col[0][e]);
       }
       pa += mr;
       pb += decltype(in_place)::value ? ldpb : nr;
     }
   };
   const auto run_k = [&](int64_t steps) {
-    if (ldpb == nr)
+    if constexpr (NV == 0)
+      columns_loop(steps);
+    else if (ldpb == nr)
       k_loop(steps, std::false_type{});
     else
       k_loop(steps, std::true_type{});
@@ -481,7 +546,40 @@ void micro_tile(int64_t kc, const float* __restrict pa, const float* __restrict 
       if (epilogue) epi.template prefetch<Arch>(st.row0, st.col0, R, 3);
     run_k(late);
   }
+  if constexpr (E == 0) {
+    store_tile<Arch, R, Epi, NV>(acc, c, ldc, cols, st, epi);
+  } else {
+    // Column vector e holds column NV * W + e of every row: transposed into row vectors.
+    alignas(64) float t[E][W];
+#pragma GCC unroll 4
+    for (int e = 0; e < E; ++e) {
+#pragma GCC unroll 4
+      for (int s = 1; s < S; ++s) col[0][e] += col[s][e];
+      col[0][e].store_aligned(t[e]);
+    }
+    // Unrolled like the k loop: an accumulator indexed by a variable would live in memory.
+    B tile[R][NV + 1];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      alignas(64) float row[W] = {};
+#pragma GCC unroll 4
+      for (int e = 0; e < E; ++e) row[e] = t[e][i];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) tile[i][v] = acc[i][v];
+      tile[i][NV] = B::load_aligned(row);
+    }
+    store_tile<Arch, R, Epi, NV + 1>(tile, c, ldc, cols, st, epi);
+  }
+}
 
+// Writes the finished register tile acc (R rows, NV vectors) to C as Store says: whole when
+// cols == NV * W, else the right edge's first `cols` columns.
+template <class Arch, int R, class Epi, int NV>
+void store_tile(fbatch<Arch> (&acc)[R][NV], float* __restrict c, int64_t ldc, int64_t cols, const Store& st,
+                const Epi& epi) {
+  using B = fbatch<Arch>;
+  constexpr int nr = GemmTile<Arch>::nr, W = static_cast<int>(B::size);
+  const bool epilogue = Epi::enabled && st.last;
   const B alpha(st.alpha), beta(st.beta);
   // With an epilogue the finished tile goes through an L1 buffer: spilled once, the chain runs
   // over it step by step (each step one tight loop with its kind fixed, so the accumulators are
@@ -575,6 +673,20 @@ inline constexpr auto kTiles =
 template <class Arch, class Epi>
 inline constexpr auto kEdgeTiles = make_tile_table<Arch, Epi, 1>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
 
+// micro_tile<Arch, R, Epi, V, E> for the right edges of V < nr / W whole vectors and E <=
+// kEdgeColumns single columns, indexed by ((R - mr + 2) * nr / W + V) * kEdgeColumns + E - 1.
+// Only R = mr - 2 .. mr: the heights RowTiles gives any block of more than about mr * mr rows
+// (128 rows: 12 and 13 at AVX-512), which keeps the instantiations few; lower tiles take kTiles.
+template <class Arch, class Epi, int... I>
+constexpr auto make_column_table(std::integer_sequence<int, I...>) {
+  constexpr int mr = GemmTile<Arch>::mr, nv = kGemmTileVectors<Arch>, ne = kEdgeColumns<Arch>;
+  return std::array<TileFn<Epi>, sizeof...(I)>{
+      &micro_tile<Arch, mr - 2 + I / (nv * ne), Epi, I / ne % nv, I % ne + 1>...};
+}
+template <class Arch, class Epi>
+inline constexpr auto kColumnTiles =
+    make_column_table<Arch, Epi>(std::make_integer_sequence<int, 3 * kGemmTileVectors<Arch> * kEdgeColumns<Arch>>{});
+
 // Where the macro-kernel finds B's micro-panels.
 //   block:  in the packed block pb (packed at prepare, or by the team at execute);
 //   direct: in b's own rows, read in place by the micro-kernel (a right-edge panel narrower
@@ -592,7 +704,7 @@ template <class Arch, class Epi>
 void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i0, int64_t mc, const float* pb,
                   int64_t jc, int64_t j0, int64_t j1, int64_t k0, int64_t kc, bool first, bool last, BPanels mode,
                   float* panel) {
-  constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr;
+  constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, W = fbatch<Arch>::size;
   Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs, 0, 0, nr};
   const RowTiles<Arch> tiles(mc);
   // B packed at prepare (weights) comes from memory on its first use in a run: each tile
@@ -647,10 +759,13 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
         }
         if constexpr (Epi::enabled) epi.template prefetch<Arch>(i0 + ni, jc + nj, static_cast<int>(nrows), 2);
       }
-      const auto& tiles_fn =
-          cols <= static_cast<int64_t>(fbatch<Arch>::size) ? kEdgeTiles<Arch, Epi> : kTiles<Arch, Epi>;
-      tiles_fn[static_cast<std::size_t>(rows - 1)](kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j, g.ldc,
-                                                   cols, st, epi);
+      TileFn<Epi> tile = (cols <= W ? kEdgeTiles<Arch, Epi> : kTiles<Arch, Epi>)[static_cast<std::size_t>(rows - 1)];
+      // A right edge (always a packed panel) whose last vector would hold a few columns: those
+      // as single columns (kColumnTiles).
+      if (cols % W != 0 && cols % W <= kEdgeColumns<Arch> && rows >= mr - 2)
+        tile = kColumnTiles<Arch, Epi>[static_cast<std::size_t>(
+            ((rows - mr + 2) * (nr / W) + cols / W) * kEdgeColumns<Arch> + cols % W - 1)];
+      tile(kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j, g.ldc, cols, st, epi);
     }
   }
 }

@@ -173,6 +173,16 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(200, 300, 600, gp(true, false, 1.f, 0.f, {act(ActKind::gelu_erf)}), {300}), kConst);
   c.add(gemm(131, 1030, 70), kConst | kUnaligned);
   c.add(gemm(8, 24, 40, gp(false, false, 1.f, 0.f, {act(ActKind::silu), act(Activation::leaky_relu(0.1f))}), {1, 24}));
+  // Right edges of a few columns beside whole vectors (gemm_kernel.hpp's kColumnTiles), on row
+  // tiles of mr - 2 .. mr rows (40 rows: 13 and 14 at AVX-512, 5 and 6 at AVX2): N = 49, 36, 83,
+  // 66, 27 leave 17, 4, 19, 2, 11 columns of a 32-wide tile and 1, 4, 3, 2, 11 of a 16-wide one;
+  // with bias, alpha / beta, trans_a, two k blocks, B bound at prepare and a chain.
+  c.add(gemm(40, 49, 64, gp(false, false, 1.f, 0.f, {act(Activation::relu6())}), {40, 1}));
+  c.add(gemm(28, 36, 50, gp(false, false, 0.5f, 1.f)));
+  c.add(gemm(40, 83, 600, gp(true, false), {83}));
+  c.add(gemm(40, 66, 33, gp(false, false, 1.f, 0.f, {PostOp::batchnorm(), PostOp::add(), act(ActKind::relu)}), {66}),
+        kConst);
+  c.add(gemm(12, 27, 20, gp(true, false)));
   // Few rows, B not bound (gemm_kernel.hpp's BPanels): B's micro-panels read in place or packed
   // one at a time - transposed B, rows more than a page apart (N > 1024), more row tiles than
   // AVX2's 6-row tiles read in place - each with a right edge and K split into two k blocks.
@@ -251,6 +261,8 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 16, 7, 7, 32, 1, 1}));
   c.add(conv({3, 32, 1, 1, 64, 1, 1}));
   c.add(conv({1, 16, 5, 5, 8, 1, 1, 1, 0, 1, 4}));  // grouped 1x1
+  // 49 pixels, 40 output channels: the NCHW GEMM's right edge of single columns (see gemm).
+  c.add(conv({1, 24, 7, 7, 40, 1, 1}, true, {PostOp::batchnorm(), act(Activation::relu6())}));
   // 3x3, the CONVENTIONS example, and stride 2 without padding on an even size.
   c.add(conv({1, 3, 7, 7, 5, 3, 3, 2, 1}));
   c.add(conv({1, 3, 7, 7, 5, 3, 3, 2, 1}), kUnaligned);
