@@ -902,12 +902,12 @@ DirectPlan<Arch> direct_plan(const OpDesc& d) {
   pl.Hp = g.H + g.pt + g.pb;
   pl.Wp = g.W + g.pl + g.pr;
   pl.ybuf = !g.y_nhwc;
-  // A task is a block of output rows. Through the NCHW buffer its NHWC tile (RB*Q*K floats)
-  // stays within ~64 KB, so the transpose and the chain read it from L1/L2 right after the conv
-  // wrote it. Written to y directly, the block only has to keep its partial sums in L2 between
-  // channel blocks (~256 KB): every row block streams all the weights once, and with 64 KB
-  // blocks ResNet-50's layer4 (7 x 7 pixels, 9.4 MB of 3 x 3 weights) read them twice per call.
-  const i64 tile_floats = pl.ybuf ? 16384 : 65536;
+  // A task is a block of output rows, whose partial sums stay in L2 between channel blocks:
+  // ~256 KB, in y itself or (NCHW output) in the thread's NHWC buffer, which the transpose and
+  // the chain then read from L2. Every row block streams all the weights once: with 64 KB
+  // blocks ResNet-50's layer4 (7 x 7 pixels, 9.4 MB of 3 x 3 weights) read them twice per call,
+  // and the NCHW 3x3 256 -> 256 @14 (2.4 MB) four times.
+  const i64 tile_floats = 65536;
   pl.RB = std::clamp<i64>(tile_floats / std::max<i64>(1, g.Q * g.K), 1, g.P);
   return pl;
 }
