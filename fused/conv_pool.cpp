@@ -376,7 +376,7 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
       }
       // Height pooling over the ring rows of this window, straight into y (NHWC) or into the
       // pooled row buffer (NCHW).
-      const float* src[64];
+      const float* src[64];  // one per window row; kh <= 64 (see supports)
       for (i64 p = ra; p < re; ++p) src[p - ra] = ring + (p % g.kh) * sl.ring_row;
       if (g.x_nhwc) {
         pool_height<Arch>(src, re - ra, g.PQ, Kp, g.K, y + (n * g.PP + po) * g.PQ * g.K, g.K);

@@ -674,18 +674,29 @@ template <class Arch, class Epi>
 inline constexpr auto kEdgeTiles = make_tile_table<Arch, Epi, 1>(std::make_integer_sequence<int, GemmTile<Arch>::mr>{});
 
 // micro_tile<Arch, R, Epi, V, E> for the right edges of V < nr / W whole vectors and E <=
-// kEdgeColumns single columns, indexed by ((R - mr + 2) * nr / W + V) * kEdgeColumns + E - 1.
-// Only R = mr - 2 .. mr: the heights RowTiles gives any block of more than about mr * mr rows
-// (128 rows: 12 and 13 at AVX-512), which keeps the instantiations few; lower tiles take kTiles.
+// kEdgeColumns single columns, for the kColumnHeights heights R = mr - kColumnHeights + 1 ..
+// mr: those RowTiles gives any block of more than about mr * mr rows (128 rows: 12 and 13 at
+// AVX-512), which keeps the instantiations few. Indexed by column_tile.
+inline constexpr int kColumnHeights = 3;
 template <class Arch, class Epi, int... I>
 constexpr auto make_column_table(std::integer_sequence<int, I...>) {
-  constexpr int mr = GemmTile<Arch>::mr, nv = kGemmTileVectors<Arch>, ne = kEdgeColumns<Arch>;
-  return std::array<TileFn<Epi>, sizeof...(I)>{
-      &micro_tile<Arch, mr - 2 + I / (nv * ne), Epi, I / ne % nv, I % ne + 1>...};
+  constexpr int r0 = GemmTile<Arch>::mr - kColumnHeights + 1, nv = kGemmTileVectors<Arch>, ne = kEdgeColumns<Arch>;
+  return std::array<TileFn<Epi>, sizeof...(I)>{&micro_tile<Arch, r0 + I / (nv * ne), Epi, I / ne % nv, I % ne + 1>...};
 }
 template <class Arch, class Epi>
-inline constexpr auto kColumnTiles =
-    make_column_table<Arch, Epi>(std::make_integer_sequence<int, 3 * kGemmTileVectors<Arch> * kEdgeColumns<Arch>>{});
+inline constexpr auto kColumnTiles = make_column_table<Arch, Epi>(
+    std::make_integer_sequence<int, kColumnHeights * kGemmTileVectors<Arch> * kEdgeColumns<Arch>>{});
+
+// The kColumnTiles tile of a `rows` x `cols` right edge whose last vector would hold a few
+// columns; nullptr where there is none (whole vectors, more columns, a lower tile).
+template <class Arch, class Epi>
+TileFn<Epi> column_tile(int64_t rows, int64_t cols) {
+  constexpr int64_t W = fbatch<Arch>::size, r0 = GemmTile<Arch>::mr - kColumnHeights + 1;
+  constexpr int64_t nv = kGemmTileVectors<Arch>, ne = kEdgeColumns<Arch>;
+  const int64_t v = cols / W, e = cols % W;
+  if (e == 0 || e > ne || v >= nv || rows < r0) return nullptr;
+  return kColumnTiles<Arch, Epi>[static_cast<std::size_t>(((rows - r0) * nv + v) * ne + e - 1)];
+}
 
 // Where the macro-kernel finds B's micro-panels.
 //   block:  in the packed block pb (packed at prepare, or by the team at execute);
@@ -759,12 +770,10 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
         }
         if constexpr (Epi::enabled) epi.template prefetch<Arch>(i0 + ni, jc + nj, static_cast<int>(nrows), 2);
       }
-      TileFn<Epi> tile = (cols <= W ? kEdgeTiles<Arch, Epi> : kTiles<Arch, Epi>)[static_cast<std::size_t>(rows - 1)];
-      // A right edge (always a packed panel) whose last vector would hold a few columns: those
-      // as single columns (kColumnTiles).
-      if (cols % W != 0 && cols % W <= kEdgeColumns<Arch> && rows >= mr - 2)
-        tile = kColumnTiles<Arch, Epi>[static_cast<std::size_t>(
-            ((rows - mr + 2) * (nr / W) + cols / W) * kEdgeColumns<Arch> + cols % W - 1)];
+      // A right edge (always a packed panel) whose last vector would hold a few columns takes
+      // them as single columns (column_tile).
+      TileFn<Epi> tile = column_tile<Arch, Epi>(rows, cols);
+      if (!tile) tile = (cols <= W ? kEdgeTiles<Arch, Epi> : kTiles<Arch, Epi>)[static_cast<std::size_t>(rows - 1)];
       tile(kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j, g.ldc, cols, st, epi);
     }
   }
