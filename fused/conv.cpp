@@ -117,6 +117,7 @@ struct Conv1x1State {
 
 struct DirectState {
   bool packed = false;          // folded weights and bias packed at prepare
+  bool finite = false;          // ... and the weights all finite (simd::DirectPlan::skip_padding)
   simd::AlignedFloats weights;  // [G][nkb][c block][R][S][c][KB]
   simd::AlignedFloats bias;     // [G][nkb * KB]
   simd::AlignedFloats ytiles;   // NCHW output: one NHWC row block per thread
@@ -127,12 +128,14 @@ struct DirectState {
 
 // simd::direct_tile's epilogue on the last channel block: the chain maps the tile's accumulators
 // (pixel pix[i] of the image, channels k0 + v * W ...) before the store. The real pixels are a
-// prefix of the tile (padding repeats the last one): the chain runs on them in an L1 buffer.
+// prefix of the tile (padding repeats the last one): the chain runs on them in an L1 buffer,
+// one run of consecutive pixels at a time (simd::DirectTiler's tiles need not be one run).
 template <class Arch>
 struct DirectTileEpi {
   const ChainEpilogue* epi;  // null: not the last channel block, or nothing to map
   const i64* pix;
   i64 k0, valid_k;
+  bool consecutive;  // pix[i] == pix[0] + i for the real pixels
   template <int MR, int NV>
   void operator()(fbatch<Arch> (&acc)[MR][NV], float* const* ys) const {
     if (epi) map(acc, ys);
@@ -144,7 +147,8 @@ struct DirectTileEpi {
     constexpr int Wd = static_cast<int>(fbatch<Arch>::size);
     // A full tile (every pixel real - the padding ones are its last - and every lane a channel)
     // of consecutive pixels: the short chains map it where it is, without the L1 round trip.
-    if (ys[MR - 1] && valid_k == NV * Wd && epi->template map_registers<Arch, MR, NV>(acc, pix[0], k0)) return;
+    if (consecutive && ys[MR - 1] && valid_k == NV * Wd && epi->template map_registers<Arch, MR, NV>(acc, pix[0], k0))
+      return;
     alignas(64) float t[MR * NV * Wd];
     int real = 0;
     for (int i = 0; i < MR; ++i) {
@@ -152,7 +156,10 @@ struct DirectTileEpi {
       real = i + 1;
       for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * NV * Wd + v * Wd);
     }
-    epi->template apply_tile<Arch>(t, NV * Wd, real, pix[0], k0, valid_k);
+    for (int i = 0, e; i < real; i = e) {
+      for (e = i + 1; e < real && pix[e] == pix[e - 1] + 1;) ++e;
+      epi->template apply_tile<Arch>(t + i * NV * Wd, NV * Wd, e - i, pix[i], k0, valid_k);
+    }
     for (int i = 0; i < real; ++i)
       for (int v = 0; v < NV; ++v) acc[i][v] = fbatch<Arch>::load_aligned(t + i * NV * Wd + v * Wd);
   }
@@ -168,7 +175,9 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
   constexpr int MR = simd::DirectTile<Arch>::MR;
   const ConvGeom& g = pl.g;
   const i64 C = g.C, K = g.K;
-  const i64 a = p0 * g.Q, npix = (p1 - p0) * g.Q, ntiles = (npix + MR - 1) / MR;
+  const i64 a = p0 * g.Q, npix = (p1 - p0) * g.Q;
+  const simd::DirectTiler<MR> tiler(g, p0, p1, pl.skip_padding);
+  const i64 ntiles = tiler.count();
   const i64 row_step = g.dh * pl.Wp * C, col_step = g.dw * C;
   const i64 wblock = g.R * g.S * g.Cg * pl.KB;
   const float* xn = xp + n * pl.Hp * pl.Wp * C;
@@ -186,22 +195,22 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
       const bool first = c0 == 0, last = c0 + cn == g.Cg;
       const float* wc = wk + c0 * g.R * g.S * pl.KB;
       const simd::DirectPrefetch pf(wc + cn * g.R * g.S * pl.KB, wp + pl.wfloats, CB * g.R * g.S * pl.KB, ntiles);
-      simd::TilePixels tp(p0);
-      for (i64 t = 0; t < ntiles; ++t) {
+      i64 t = 0;
+      tiler.each([&](const simd::DirectTileSpec<MR>& tile) {
         const float* xs[MR];
         float* ys[MR];
-        i64 pix[MR], ps[MR], qs[MR];
-        tp.template next<MR>(t * MR, npix, g.Q, ps, qs);
+        i64 pix[MR];
         for (int i = 0; i < MR; ++i) {
-          const i64 px = t * MR + i;
-          xs[i] = xn + (ps[i] * g.sh * pl.Wp + qs[i] * g.sw) * C + gi * g.Cg + c0;
-          ys[i] = px < npix ? yt + px * K + k0 : nullptr;
-          pix[i] = ps[i] * g.Q + qs[i];
+          xs[i] = xn + (tile.p[i] * g.sh * pl.Wp + tile.q[i] * g.sw) * C + gi * g.Cg + c0;
+          pix[i] = tile.p[i] * g.Q + tile.q[i];
+          ys[i] = i < tile.m ? yt + (pix[i] - a) * K + k0 : nullptr;
         }
-        simd::direct_tile<Arch, MR, NV>(
-            xs, wc, g.R, g.S, cn, row_step, col_step, bk, ys, valid, first,
-            DirectTileEpi<Arch>{last && epi.n > 0 && !pl.ybuf ? &epi : nullptr, pix, k0, valid}, pf.at(t), pf.count(t));
-      }
+        simd::direct_tile_m<Arch, MR, NV>(
+            tile.m, xs, wc, g.S, cn, tile.win, row_step, col_step, bk, ys, valid, first,
+            DirectTileEpi<Arch>{last && epi.n > 0 && !pl.ybuf ? &epi : nullptr, pix, k0, valid, tile.consecutive},
+            pf.at(t), pf.count(t));
+        ++t;
+      });
     }
   }
   if (!pl.ybuf) return;
@@ -437,7 +446,8 @@ Status ConvDirect::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
     std::vector<float> sc(static_cast<std::size_t>(g.K)), bi(static_cast<std::size_t>(g.K));
     fold_scales(desc, g.K, constants, sc.data(), bi.data());
     st->weights.resize(static_cast<std::size_t>(pl.wfloats));
-    simd::pack_direct_weights<Arch>(g, constants[1]->data(), pl.KB, sc.data(), st->weights.data, ctx.threads);
+    st->finite =
+        simd::pack_direct_weights<Arch>(g, constants[1]->data(), pl.KB, sc.data(), st->weights.data, ctx.threads);
     st->bias.resize(static_cast<std::size_t>(g.G * pl.nkb * pl.KB));
     pack_direct_bias(g, pl.nkb, pl.KB, bi.data(), st->bias.data);
     st->packed = true;
@@ -456,7 +466,7 @@ template <class Arch>
 void ConvDirect::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
   const auto* st = static_cast<const DirectState*>(args.state);
-  const simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(d);
+  simd::DirectPlan<Arch> pl = simd::direct_plan<Arch>(d);
   const ConvGeom& g = pl.g;
   DirectWs ws;
   direct_ws<Arch>(d, args.workspace, &ws);
@@ -464,9 +474,10 @@ void ConvDirect::operator()(Arch, const KernelArgs& args) const {
 
   const float* wp = st->weights.data;
   const float* bias = st->bias.data;
+  pl.skip_padding = st->finite;
   if (!st->packed) {
     fold_scales(d, g.K, args.in, ws.sc, ws.bi);
-    simd::pack_direct_weights<Arch>(g, args.in[1]->data(), pl.KB, ws.sc, ws.w, threads);
+    pl.skip_padding = simd::pack_direct_weights<Arch>(g, args.in[1]->data(), pl.KB, ws.sc, ws.w, threads);
     pack_direct_bias(g, pl.nkb, pl.KB, ws.bi, ws.b);
     wp = ws.w;
     bias = ws.b;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -106,20 +107,28 @@ struct NoTileEpi {
   void operator()(B (&)[MR][NV], float* const*) const {}
 };
 
+// The window taps a register tile computes: rows [r0, r1) x columns [s0, s1) of the R x S
+// window (DirectTiler: the taps that reach real input for at least one of its pixels).
+struct TapWindow {
+  i64 r0, r1, s0, s1;
+};
+
 // One register tile: MR output pixels x NV vectors of output channels.
 //   xs[i]: the padded-NHWC address of pixel i's window corner (at its group's first channel)
 //   w:     the K block's packed weights [R][S][Cg][NV*W]
+//   win:   the taps to compute; the others read only zero padding for every pixel of the tile
 //   ys[i]: where pixel i's channels of this block go (nullptr: tile padding, not stored)
 //   epi:   epi(acc, ys) maps the finished accumulators before the store (the fused stage's
 //          post-op chain on the last channel block; NoTileEpi compiles to nothing)
 //   pf, npf: npf cache lines from pf to request into L2 along the FMA loop, one per channel
 //          step (DirectPrefetch: this tile's share of the next weight block)
 template <class Arch, int MR, int NV, class Epi = NoTileEpi>
-void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i64 row_step, i64 col_step,
-                 const float* bias, float* const* ys, i64 valid_k, bool first, const Epi& epi = Epi{},
+void direct_tile(const float* const* xs, const float* w, i64 S, i64 Cg, const TapWindow& win, i64 row_step,
+                 i64 col_step, const float* bias, float* const* ys, i64 valid_k, bool first, const Epi& epi = Epi{},
                  const float* pf = nullptr, i64 npf = 0) {
   using B = fbatch<Arch>;
   constexpr int Wd = static_cast<int>(B::size);
+  const float* const w0 = w;
   B acc[MR][NV];
   for (int v = 0; v < NV; ++v) {
     const B b = B::load_aligned(bias + v * Wd);
@@ -138,13 +147,15 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
     }
   }
   // When a window row's (s, c) taps are contiguous in x (dilation 1 and the tile covers all
-  // channels), they form one reduction of S*Cg: the ResNet stem's 7 x 3 taps become one loop of
-  // 21 instead of 7 loops of 3. The packed weights are [r][s][c] in that order already.
-  i64 taps = S, chans = Cg;
-  if (col_step == Cg) taps = 1, chans = S * Cg;
-  for (i64 r = 0; r < R; ++r) {
+  // channels), they form one reduction of (s1 - s0) * Cg: the ResNet stem's 7 x 3 taps become
+  // one loop of 21 instead of 7 loops of 3. The packed weights are [r][s][c] in that order.
+  const i64 sn = win.s1 - win.s0;
+  i64 taps = sn, chans = Cg;
+  if (col_step == Cg) taps = 1, chans = sn * Cg;
+  for (i64 r = win.r0; r < win.r1; ++r) {
+    w = w0 + (r * S + win.s0) * Cg * (NV * Wd);
     for (i64 s = 0; s < taps; ++s) {
-      const i64 off = r * row_step + s * col_step;
+      const i64 off = r * row_step + (win.s0 + s) * col_step;
       const float* px[MR];
       for (int i = 0; i < MR; ++i) px[i] = xs[i] + off;
       for (i64 c = 0; c < chans; ++c) {
@@ -176,6 +187,20 @@ void direct_tile(const float* const* xs, const float* w, i64 R, i64 S, i64 Cg, i
       std::memcpy(ys[i], tmp, static_cast<std::size_t>(valid_k) * sizeof(float));
     }
   }
+}
+
+// direct_tile for a tile of m real pixels (DirectTiler): the tile of m rows for MR / 2 <= m <=
+// MR, of MR / 2 rows below that (xs and ys hold MR entries, padded past m by the caller).
+template <class Arch, int MR, int NV, int M = MR, class Epi>
+void direct_tile_m(int m, const float* const* xs, const float* w, i64 S, i64 Cg, const TapWindow& win, i64 row_step,
+                   i64 col_step, const float* bias, float* const* ys, i64 valid_k, bool first, const Epi& epi,
+                   const float* pf, i64 npf) {
+  if constexpr (2 * (M - 1) >= MR) {
+    if (m < M)
+      return direct_tile_m<Arch, MR, NV, M - 1>(m, xs, w, S, Cg, win, row_step, col_step, bias, ys, valid_k, first, epi,
+                                                pf, npf);
+  }
+  direct_tile<Arch, M, NV>(xs, w, S, Cg, win, row_step, col_step, bias, ys, valid_k, first, epi, pf, npf);
 }
 
 // Input channels per block: the block's weights (R*S*CB*KB floats, up to 144 KB) stay in L2
@@ -212,8 +237,12 @@ struct DirectPrefetch {
 // an L1 tile) and come out as W vectors, each one tap of W output channels; one float at a time,
 // strided on both sides, the 3x3 512 -> 512 convolution at 7 x 7 spent more time packing its
 // 9.4 MB of weights than convolving (perf: 20.5% vs 17.7% of the run).
+// Returns whether every packed weight is finite: only then may a tile skip the taps that read
+// the zero padding (DirectPlan::skip_padding), since 0 x Inf and 0 x NaN are NaN, which the
+// padding contributes by definition (naive/conv.cpp). The check is a subtraction per packed
+// vector (v - v is 0, or NaN for Inf and NaN), folded into the pack rather than a pass of its own.
 template <class Arch>
-void pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, const float* sc, float* out, int threads) {
+bool pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, const float* sc, float* out, int threads) {
   using B = fbatch<Arch>;
   constexpr i64 W = B::size;
   const i64 nkb = (g.Kg + KB - 1) / KB, CB = direct_cblock(g, KB), ncb = (g.Cg + CB - 1) / CB;
@@ -221,17 +250,21 @@ void pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, const float*
   const bool dense = g.ws[3] == 1 && g.ws[2] == g.S && g.ws[1] == RS && KB % W == 0;
   // Output channels l0 .. l0 + lw of the unit's block, tap t (c, r, s) of its channel block,
   // one float at a time: W's strided reads, the packed block's contiguous writes.
-  const auto taps_scalar = [&](float* o, i64 gi, i64 kb, i64 c0, i64 cn, i64 l0, i64 lw, i64 t) {
+  const auto taps_scalar = [&](float* o, i64 gi, i64 kb, i64 c0, i64 cn, i64 l0, i64 lw, i64 t, float& zero) {
     const i64 c = t / RS, r = t % RS / g.S, s = t % g.S;
     float* d = o + (c0 * g.R + r * cn) * g.S * KB + (s * cn + c) * KB;
     for (i64 l = l0; l < l0 + lw; ++l) {
       const i64 kg = kb * KB + l, k = gi * g.Kg + kg;
       const float v = kg < g.Kg ? w[k * g.ws[0] + (c0 + c) * g.ws[1] + r * g.ws[2] + s * g.ws[3]] : 0.f;
       d[l] = sc && kg < g.Kg ? v * sc[k] : v;
+      zero += d[l] - d[l];
     }
   };
+  std::atomic<bool> nonfinite{false};
   parallel_for(g.G * nkb * ncb, threads, 1, [&](i64 b, i64 e) {
     alignas(64) float tile[W * W];
+    B vzero(0.f);  // the sum of v - v over the packed vectors: NaN after any Inf or NaN
+    float zero = 0.f;
     for (i64 u = b; u < e; ++u) {
       const i64 cb = u % ncb, kb = (u / ncb) % nkb, gi = u / (ncb * nkb);
       const i64 c0 = cb * CB, cn = std::min(CB, g.Cg - c0), taps = cn * RS;
@@ -248,8 +281,9 @@ void pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, const float*
             for (i64 i = 0; i < W; ++i) __builtin_prefetch(src + i * g.ws[0] + q + 64, 0, 3);
             transpose_block<Arch>(src + q, g.ws[0], tile, W);  // tile[t] = tap q + t of the W channels
             for (i64 t = 0; t < W; ++t) {
-              (B::load_aligned(tile + t * W) * scale)
-                  .store_unaligned(o + (c0 * g.R + r * cn) * g.S * KB + (s * cn + c) * KB + l0);
+              const B v = B::load_aligned(tile + t * W) * scale;
+              vzero += v - v;
+              v.store_unaligned(o + (c0 * g.R + r * cn) * g.S * KB + (s * cn + c) * KB + l0);
               if (++s < g.S) continue;
               s = 0;
               if (++r < g.R) continue;
@@ -266,10 +300,15 @@ void pack_direct_weights(const ConvGeom& g, const float* w, i64 KB, const float*
         }
         // The rest one float at a time: taps past the last whole W, a block straddling Kg,
         // strided weights.
-        for (i64 t = q; t < taps; ++t) taps_scalar(o, gi, kb, c0, cn, l0, dense ? W : KB, t);
+        for (i64 t = q; t < taps; ++t) taps_scalar(o, gi, kb, c0, cn, l0, dense ? W : KB, t, zero);
       }
     }
+    alignas(64) float lanes[W];
+    vzero.store_aligned(lanes);
+    for (i64 l = 0; l < W; ++l) zero += lanes[l];
+    if (zero != 0.f) nonfinite.store(true, std::memory_order_relaxed);
   });
+  return !nonfinite.load(std::memory_order_relaxed);
 }
 
 // ---- depthwise, NCHW ---------------------------------------------------------------------------
@@ -330,23 +369,124 @@ inline void copy_floats(const float* src, float* dst, i64 n) {
   for (; j < n; ++j) dst[j] = src[j];
 }
 
-// The output pixels of a direct-conv block's register tiles, as (row, column) pairs stepped
-// along the block without a division per pixel (a 64-bit division per pixel cost as much as
-// the 27 taps of a 3-channel stem's pixel). Tile pixels past the block's npix repeat its last
-// pixel (computed again, never stored).
-struct TilePixels {
-  i64 p, q = 0;  // the next tile's first pixel
-  explicit TilePixels(i64 row0) : p(row0) {}
-  template <int MR>
-  void next(i64 first, i64 npix, i64 Q, i64* ps, i64* qs) {
-    i64 pp = p, qq = q;
-    for (int i = 0; i < MR; ++i) {
-      ps[i] = pp, qs[i] = qq;
-      if (first + i + 1 < npix && ++qq == Q) qq = 0, ++pp;
+// The window taps of output row (or column) o that reach real input: [lo, hi) of the R taps
+// (stride, pad and dilation along that axis, H real input rows). The others read zero padding.
+struct TapRange {
+  i64 lo, hi;
+};
+inline TapRange real_taps(i64 o, i64 stride, i64 pad, i64 dil, i64 R, i64 H) {
+  const i64 i0 = o * stride - pad;
+  const i64 lo = i0 >= 0 ? 0 : std::min(R, (dil - 1 - i0) / dil);
+  const i64 hi = i0 > H - 1 ? 0 : std::min(R, (H - 1 - i0) / dil + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+// One register tile of a direct-convolution row block: m output pixels and the taps they need.
+template <int MR>
+struct DirectTileSpec {
+  int m = 0;         // real pixels; the rest of the MR repeat the last one (computed, not stored)
+  i64 p[MR], q[MR];  // output row and column of each pixel
+  TapWindow win{};   // the taps computed: those that reach real input for any of the pixels
+  bool consecutive;  // p * Q + q steps by one along the real pixels
+};
+
+// The register tiles of a row block (output rows [p0, p1), all columns) in the order they run.
+// A tile's pixels share its FMAs, so it can skip a tap only when the tap reads padding for all
+// of them. So the pixels are grouped by the taps they need (a border pixel's window reaches
+// into the padding):
+//   - the interior columns (every column tap real), row by row, a run of rows with the same
+//     row taps as one group: at 3x3 pad 1 the top and the bottom row skip a third of the taps;
+//   - then the left and the right edge columns, each column down the rows: they skip their
+//     column taps (and the row taps that no pixel of the tile needs).
+// A group splits into tiles of equal size, at most MR (and at least MR / 2 where the group has
+// that many pixels; direct_tile_m pads smaller ones). For 3x3 pad 1 at 14 x 14 this computes
+// ~91% of the taps of whole windows, at 7 x 7 ~84%.
+template <int MR>
+class DirectTiler {
+ public:
+  // skip: compute only the taps that reach real input (else every tile computes whole windows).
+  DirectTiler(const ConvGeom& g, i64 p0, i64 p1, bool skip) : g_(g), skip_(skip) {
+    // Interior columns [qa, qb): real_taps is monotonic in q, so they are one range.
+    qa_ = 0;
+    while (qa_ < g.Q && real_taps(qa_, g.sw, g.pl, g.dw, g.S, g.W).lo > 0) ++qa_;
+    qb_ = g.Q;
+    while (qb_ > qa_ && real_taps(qb_ - 1, g.sw, g.pl, g.dw, g.S, g.W).hi < g.S) --qb_;
+    if (qa_ == qb_) qa_ = qb_ = g.Q;  // no interior column: every column goes to the left group
+    if (qa_ < qb_) {
+      for (i64 p = p0; p < p1;) {
+        const TapRange t = row_taps(p);
+        i64 e = p + 1;
+        while (e < p1 && (ngroups_ == kRuns - 1 || same(row_taps(e), t))) ++e;  // the last run takes the rest
+        add({p, e, qa_, qb_, false});
+        p = e;
+      }
     }
-    for (int i = 0; i < MR; ++i)
-      if (++q == Q) q = 0, ++p;
+    if (qa_ > 0) add({p0, p1, 0, qa_, true});
+    if (qb_ < g.Q) add({p0, p1, qb_, g.Q, true});
   }
+
+  i64 count() const {
+    i64 n = 0;
+    for (int k = 0; k < ngroups_; ++k) n += tiles(groups_[k]);
+    return n;
+  }
+
+  // f(tile) for every tile in order.
+  template <class F>
+  void each(F&& f) const {
+    DirectTileSpec<MR> t;
+    for (int k = 0; k < ngroups_; ++k) {
+      const Group& gr = groups_[k];
+      const i64 n = size(gr), nt = tiles(gr);
+      i64 p = gr.pa, q = gr.qa;  // the next pixel of the group, stepped without divisions
+      for (i64 j = 0; j < nt; ++j) {
+        t.m = static_cast<int>(n * (j + 1) / nt - n * j / nt);
+        for (int i = 0; i < t.m; ++i) {
+          t.p[i] = p, t.q[i] = q;
+          if (gr.by_column) {
+            if (++p == gr.pb) p = gr.pa, ++q;
+          } else if (++q == gr.qb) {
+            q = gr.qa, ++p;
+          }
+        }
+        for (int i = t.m; i < MR; ++i) t.p[i] = t.p[t.m - 1], t.q[i] = t.q[t.m - 1];
+        // real_taps is non-increasing in both bounds: the union of the pixels' taps is
+        // [lo(last row), hi(first row)), and the same for the columns.
+        i64 pmin = t.p[0], pmax = t.p[0], qmin = t.q[0], qmax = t.q[0];
+        t.consecutive = true;
+        for (int i = 1; i < t.m; ++i) {
+          pmin = std::min(pmin, t.p[i]), pmax = std::max(pmax, t.p[i]);
+          qmin = std::min(qmin, t.q[i]), qmax = std::max(qmax, t.q[i]);
+          t.consecutive = t.consecutive && t.p[i] * g_.Q + t.q[i] == t.p[i - 1] * g_.Q + t.q[i - 1] + 1;
+        }
+        const TapRange rlo = row_taps(pmax), rhi = row_taps(pmin);
+        const TapRange slo = col_taps(qmax), shi = col_taps(qmin);
+        t.win = {rlo.lo, std::max(rlo.lo, rhi.hi), slo.lo, std::max(slo.lo, shi.hi)};
+        if (!skip_) t.win = {0, g_.R, 0, g_.S};
+        f(static_cast<const DirectTileSpec<MR>&>(t));
+      }
+    }
+  }
+
+ private:
+  static constexpr int kRuns = 8;  // row runs kept apart (pads of up to 3 rows on each side)
+  struct Group {
+    i64 pa, pb, qa, qb;  // rows [pa, pb) x columns [qa, qb)
+    bool by_column;      // pixel order: down each column (edge columns) or along each row
+  };
+  TapRange row_taps(i64 p) const { return real_taps(p, g_.sh, g_.pt, g_.dh, g_.R, g_.H); }
+  TapRange col_taps(i64 q) const { return real_taps(q, g_.sw, g_.pl, g_.dw, g_.S, g_.W); }
+  static bool same(TapRange a, TapRange b) { return a.lo == b.lo && a.hi == b.hi; }
+  static i64 size(const Group& gr) { return (gr.pb - gr.pa) * (gr.qb - gr.qa); }
+  static i64 tiles(const Group& gr) { return (size(gr) + MR - 1) / MR; }
+  void add(const Group& gr) {
+    if (size(gr) > 0) groups_[ngroups_++] = gr;
+  }
+  const ConvGeom& g_;
+  bool skip_;
+  i64 qa_ = 0, qb_ = 0;
+  Group groups_[kRuns + 2];
+  int ngroups_ = 0;
 };
 
 // Input rows [h0, h1) of an (H x W) plane src into its phase-split padded plane buf (dw_plane):
@@ -866,6 +1006,7 @@ void dw_nhwc_run(const ConvGeom& g, const float* x, const float* w, const float*
 
 struct DirectState {
   bool packed = false;    // weights packed at prepare
+  bool finite = false;    // ... and all finite (DirectPlan::skip_padding)
   AlignedFloats weights;  // [G][nkb][R][S][Cg][KB]
   AlignedFloats ytiles;   // NCHW output: one NHWC row block per thread
   i64 ytile_floats = 0;
@@ -876,8 +1017,9 @@ template <class Arch>
 struct DirectPlan {
   ConvGeom g;
   i64 KB, nkb, wfloats, Hp, Wp;
-  i64 RB;             // output rows per task
-  bool copy_x, ybuf;  // x goes through the padded NHWC buffer; y through per-thread NHWC row blocks
+  i64 RB;                     // output rows per task
+  bool copy_x, ybuf;          // x goes through the padded NHWC buffer; y through per-thread NHWC row blocks
+  bool skip_padding = false;  // tiles skip the taps that read only padding (finite weights only)
 };
 
 // How direct_run splits a call over t threads: output rows, or all rows on every thread and a

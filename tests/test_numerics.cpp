@@ -198,7 +198,7 @@ TEST_P(NanInf, EveryKernelFollowsNaive) {
       auto ref = check::run_case(*naive, pc, 1, false);
       ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
       for (const KernelDef* k : ks) {
-        auto got = check::run_case(*k, pc, 1, false);
+        auto got = check::run_case(*k, pc, 1, /*with_variants=*/true);  // +const: bound at prepare
         ASSERT_TRUE(got.is_ok()) << k->name << ": " << got.status().to_string();
         ++compared;
         for (std::size_t o = 0; o < ref->size(); ++o) {

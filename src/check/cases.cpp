@@ -372,6 +372,19 @@ void conv_cases(Cases& c, Rng& rng) {
     c.add(conv({1, 16, 9, 9, 24, 1, 1}, false, {PostOp::batchnorm(), PostOp::add()}, {o}));
   }
   c.add(conv({1, 8, 5, 5, 16, 3, 3, 1, 1, 1, 1, kNhwc}, false, bn_add_relu), kUnaligned);
+  // The direct convolution's tiles skip the taps that read only padding for all their pixels
+  // (simd::DirectTiler): pads of 2 and 3 (one and two taps left at the corners), pads wider
+  // than the window (corner outputs with no real tap: bias and chain only), more distinct top
+  // and bottom rows than it keeps apart (pad 5 of a 7x7), dilation with pad, a one-column
+  // image (no interior column), and NHWC residual tiles whose pixels are not consecutive
+  // (edge columns: the chain one pixel run at a time).
+  c.add(conv({1, 8, 5, 6, 16, 3, 3, 1, 2}, true, bn_add_relu));
+  c.add(conv({1, 8, 5, 5, 16, 3, 3, 1, 4}, true, {PostOp::batchnorm(), act(Activation::relu6())}));
+  c.add(conv({1, 16, 9, 8, 24, 7, 7, 1, 5}, true));
+  c.add(conv({1, 8, 9, 9, 16, 3, 3, 1, 3, 2}));
+  c.add(conv({1, 8, 6, 1, 16, 3, 3, 1, 1}, true));
+  c.add(conv({1, 16, 14, 14, 64, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu));
+  c.add(conv({1, 16, 7, 7, 32, 3, 3, 1, 1, 1, 1, kNhwc}, false, {PostOp::add()}), kConst);
   // 1x1 tiles wide enough for full register tiles (NCHW: >= 32 pixels; NHWC: >= 32 channels),
   // whose short chains (residual add, relu / relu6, both, none) run on the accumulators
   // (ChainEpilogue::apply_registers), next to edge tiles that take the L1 buffer.
