@@ -147,7 +147,8 @@ struct DirectTileEpi {
     constexpr int Wd = static_cast<int>(fbatch<Arch>::size);
     // A full tile (every pixel real - the padding ones are its last - and every lane a channel)
     // of consecutive pixels: the short chains map it where it is, without the L1 round trip.
-    if (consecutive && ys[MR - 1] && valid_k == NV * Wd && epi->template map_registers<Arch, MR, NV>(acc, pix[0], k0))
+    if ((consecutive || !epi->reads_rows()) && ys[MR - 1] && valid_k == NV * Wd &&
+        epi->template map_registers<Arch, MR, NV>(acc, pix[0], k0))
       return;
     alignas(64) float t[MR * NV * Wd];
     int real = 0;
@@ -156,14 +157,25 @@ struct DirectTileEpi {
       real = i + 1;
       for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * NV * Wd + v * Wd);
     }
+    const bool rows = epi->reads_rows();
     for (int i = 0, e; i < real; i = e) {
-      for (e = i + 1; e < real && pix[e] == pix[e - 1] + 1;) ++e;
+      for (e = i + 1; e < real && (!rows || pix[e] == pix[e - 1] + 1);) ++e;
       epi->template apply_tile<Arch>(t + i * NV * Wd, NV * Wd, e - i, pix[i], k0, valid_k);
     }
     for (int i = 0; i < real; ++i)
       for (int v = 0; v < NV; ++v) acc[i][v] = fbatch<Arch>::load_aligned(t + i * NV * Wd + v * Wd);
   }
 };
+
+// The y lines of a tile's m pixels (valid channels each) and its residual's, towards L2. Out of
+// line: inlined, the loops changed the register allocation of direct_tile's FMA loop.
+[[gnu::noinline]] inline void prefetch_outputs(const ChainEpilogue& epi, float* const* ys, const i64* pix, int m,
+                                               i64 k0, i64 valid) {
+  for (int i = 0; i < m; ++i) {
+    for (i64 c = 0; c < valid; c += 16) prefetch_line<2>(ys[i] + c);
+    if (epi.n > 0) epi.prefetch_row(pix[i], k0, valid);
+  }
+}
 
 // One task: output rows [p0, p1) of image n (simd's direct_block with the chain fused). yt is
 // where pixel (p0, 0) of the block goes in NHWC order: y itself (NHWC output: the chain runs on
@@ -205,6 +217,11 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
           pix[i] = tile.p[i] * g.Q + tile.q[i];
           ys[i] = i < tile.m ? yt + (pix[i] - a) * K + k0 : nullptr;
         }
+        // The last channel block stores y and (NHWC) reads the residual: their lines are
+        // requested now, so they arrive during the FMAs instead of stalling the store and the
+        // epilogue (1x1 64 -> 256 @56 NHWC: y and the residual are 3.2 MB each, beyond L2).
+        // A read prefetch serves the store too: a line no other core holds arrives exclusive.
+        if (last && !pl.ybuf) prefetch_outputs(epi, ys, pix, tile.m, k0, valid);
         simd::direct_tile_m<Arch, MR, NV>(
             tile.m, xs, wc, g.S, cn, tile.win, row_step, col_step, bk, ys, valid, first,
             DirectTileEpi<Arch>{last && epi.n > 0 && !pl.ybuf ? &epi : nullptr, pix, k0, valid, tile.consecutive},

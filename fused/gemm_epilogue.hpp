@@ -114,6 +114,25 @@ struct ChainEpilogue {
     }
   }
 
+  // Row i's operand floats at columns [j, j + cols) (the residual's; unit column step), towards
+  // L2: for a kernel whose tile rows are not a GEMM tile's (the direct convolution's pixels).
+  void prefetch_row(std::int64_t i, std::int64_t j, std::int64_t cols) const {
+    for (int s = 0; s < n; ++s) {
+      const EpiStep& st = steps[s];
+      if (st.kind != PostOp::Kind::binary || st.cs != 1 || st.rs == 0) continue;
+      const float* p = st.p0 + i * st.rs + j;
+      for (std::int64_t c = 0; c < cols; c += 16) prefetch_line<2>(p + c);
+    }
+  }
+
+  // Whether a step reads an operand that varies along the rows (rs != 0: a residual tile), so
+  // that the rows a tile maps must be the consecutive rows i0, i0 + 1, ... it is told about.
+  bool reads_rows() const {
+    for (int s = 0; s < n; ++s)
+      if (steps[s].rs != 0) return true;
+    return false;
+  }
+
   // The same chain for the images' n-th: binary operands moved on by n image strides (kernels
   // that index pixels within one image).
   ChainEpilogue for_image(const std::int64_t* image_stride, std::int64_t img) const {
