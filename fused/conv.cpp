@@ -127,9 +127,11 @@ struct DirectState {
 };
 
 // simd::direct_tile's epilogue on the last channel block: the chain maps the tile's accumulators
-// (pixel pix[i] of the image, channels k0 + v * W ...) before the store. The real pixels are a
-// prefix of the tile (padding repeats the last one): the chain runs on them in an L1 buffer,
-// one run of consecutive pixels at a time (simd::DirectTiler's tiles need not be one run).
+// (pixel pix[i] of the image, channels k0 + v * W ...) before the store. The short chains of a
+// full tile run on the registers, inline; any other chain (or a partial tile) on a copy, out of
+// line (map). The accumulators themselves are never passed by reference out of direct_tile:
+// that would keep them in memory around its FMA loop (loads and stores of all MR x NV vectors
+// at every tile, a visible share of a 1x1 convolution with few input channels).
 template <class Arch>
 struct DirectTileEpi {
   const ChainEpilogue* epi;  // null: not the last channel block, or nothing to map
@@ -138,32 +140,38 @@ struct DirectTileEpi {
   bool consecutive;  // pix[i] == pix[0] + i for the real pixels
   template <int MR, int NV>
   void operator()(fbatch<Arch> (&acc)[MR][NV], float* const* ys) const {
-    if (epi) map(acc, ys);
-  }
-  // Out of line: inlined, its spill code changed the register allocation of direct_tile's FMA
-  // loop (fused 3x3 128 -> 128 @28 measured slower, 5 A/B pairs).
-  template <int MR, int NV>
-  [[gnu::noinline]] void map(fbatch<Arch> (&acc)[MR][NV], float* const* ys) const {
+    if (!epi) return;
     constexpr int Wd = static_cast<int>(fbatch<Arch>::size);
     // A full tile (every pixel real - the padding ones are its last - and every lane a channel)
-    // of consecutive pixels: the short chains map it where it is, without the L1 round trip.
+    // of consecutive pixels, or a chain that reads no rows: the short chains in registers.
     if ((consecutive || !epi->reads_rows()) && ys[MR - 1] && valid_k == NV * Wd &&
         epi->template map_registers<Arch, MR, NV>(acc, pix[0], k0))
       return;
     alignas(64) float t[MR * NV * Wd];
-    int real = 0;
-    for (int i = 0; i < MR; ++i) {
-      if (!ys[i]) continue;
-      real = i + 1;
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * NV * Wd + v * Wd);
-    }
+    map<MR, NV>(t, ys);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[i][v] = fbatch<Arch>::load_aligned(t + i * NV * Wd + v * Wd);
+  }
+  // The chain on the tile t (MR rows of NV * W) in L1, one run of consecutive real pixels at a
+  // time (simd::DirectTiler's tiles need not be one run). Out of line: the FMA loop's register
+  // allocation is direct_tile's alone.
+  template <int MR, int NV>
+  [[gnu::noinline]] void map(float* t, float* const* ys) const {
+    constexpr int Wd = static_cast<int>(fbatch<Arch>::size);
+    int real = 0;
+    for (int i = 0; i < MR; ++i)
+      if (ys[i]) real = i + 1;
     const bool rows = epi->reads_rows();
     for (int i = 0, e; i < real; i = e) {
       for (e = i + 1; e < real && (!rows || pix[e] == pix[e - 1] + 1);) ++e;
       epi->template apply_tile<Arch>(t + i * NV * Wd, NV * Wd, e - i, pix[i], k0, valid_k);
     }
-    for (int i = 0; i < real; ++i)
-      for (int v = 0; v < NV; ++v) acc[i][v] = fbatch<Arch>::load_aligned(t + i * NV * Wd + v * Wd);
   }
 };
 

@@ -123,25 +123,34 @@ struct TapWindow {
 //   pf, npf: npf cache lines from pf to request into L2 along the FMA loop, one per channel
 //          step (DirectPrefetch: this tile's share of the next weight block)
 template <class Arch, int MR, int NV, class Epi = NoTileEpi>
-void direct_tile(const float* const* xs, const float* w, i64 S, i64 Cg, const TapWindow& win, i64 row_step,
-                 i64 col_step, const float* bias, float* const* ys, i64 valid_k, bool first, const Epi& epi = Epi{},
-                 const float* pf = nullptr, i64 npf = 0) {
+[[gnu::noinline]] void direct_tile(const float* const* xs, const float* w, i64 S, i64 Cg, const TapWindow& win,
+                                   i64 row_step, i64 col_step, const float* bias, float* const* ys, i64 valid_k,
+                                   bool first, const Epi& epi = Epi{}, const float* pf = nullptr, i64 npf = 0) {
   using B = fbatch<Arch>;
   constexpr int Wd = static_cast<int>(B::size);
   const float* const w0 = w;
+  // Every loop over i and v is unrolled by pragma, early enough for GCC's scalar replacement to
+  // keep acc in registers from the bias to the store. Left to the later unroller, acc stayed an
+  // array on the stack that every tile stored and reloaded around its FMA loop. Out of line, the
+  // tile's register allocation is its own, not its caller's.
   B acc[MR][NV];
+#pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) {
     const B b = B::load_aligned(bias + v * Wd);
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) acc[i][v] = b;
   }
   if (!first) {  // a later channel block: continue from the partial sums stored in y
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       if (!ys[i]) continue;
       if (valid_k == NV * Wd) {
+#pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) acc[i][v] = B::load_unaligned(ys[i] + v * Wd);
       } else {
         alignas(64) float tmp[NV * Wd] = {};
         std::memcpy(tmp, ys[i], static_cast<std::size_t>(valid_k) * sizeof(float));
+#pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) acc[i][v] = B::load_aligned(tmp + v * Wd);
       }
     }
@@ -157,9 +166,11 @@ void direct_tile(const float* const* xs, const float* w, i64 S, i64 Cg, const Ta
     for (i64 s = 0; s < taps; ++s) {
       const i64 off = r * row_step + (win.s0 + s) * col_step;
       const float* px[MR];
+#pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) px[i] = xs[i] + off;
       for (i64 c = 0; c < chans; ++c) {
         B wv[NV];
+#pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) wv[v] = B::load_aligned(w + v * Wd);
         w += NV * Wd;
         if (npf > 0) {
@@ -167,8 +178,10 @@ void direct_tile(const float* const* xs, const float* w, i64 S, i64 Cg, const Ta
           pf += 16;
           --npf;
         }
+#pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
           const B xb(px[i][c]);
+#pragma GCC unroll 16
           for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(xb, wv[v], acc[i][v]);
         }
       }
@@ -176,13 +189,20 @@ void direct_tile(const float* const* xs, const float* w, i64 S, i64 Cg, const Ta
   }
   epi(acc, ys);
   if (valid_k == NV * Wd) {
+    float* yl[MR];  // a local copy: the stores (may_alias vectors) would make ys[i] reload
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) yl[i] = ys[i];
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
-      if (ys[i])
-        for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(ys[i] + v * Wd);
+      if (yl[i])
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(yl[i] + v * Wd);
   } else {
     alignas(64) float tmp[NV * Wd];
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       if (!ys[i]) continue;
+#pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + v * Wd);
       std::memcpy(ys[i], tmp, static_cast<std::size_t>(valid_k) * sizeof(float));
     }
@@ -437,10 +457,17 @@ class DirectTiler {
     DirectTileSpec<MR> t;
     for (int k = 0; k < ngroups_; ++k) {
       const Group& gr = groups_[k];
-      const i64 n = size(gr), nt = tiles(gr);
+      const i64 n = size(gr), nt = tiles(gr), base = n / nt, extra = n % nt;
+      // A group whose first and last pixels need the same taps needs them for every pixel
+      // (real_taps is monotonic): one window for all its tiles - the interior groups, and
+      // every group of a convolution without padding.
+      const TapWindow whole{0, g_.R, 0, g_.S};
+      const bool uniform =
+          !skip_ || (same(row_taps(gr.pa), row_taps(gr.pb - 1)) && same(col_taps(gr.qa), col_taps(gr.qb - 1)));
+      const TapWindow gwin = !skip_ ? whole : window(gr.pa, gr.pb - 1, gr.qa, gr.qb - 1);
       i64 p = gr.pa, q = gr.qa;  // the next pixel of the group, stepped without divisions
       for (i64 j = 0; j < nt; ++j) {
-        t.m = static_cast<int>(n * (j + 1) / nt - n * j / nt);
+        t.m = static_cast<int>(base + (j < extra));
         for (int i = 0; i < t.m; ++i) {
           t.p[i] = p, t.q[i] = q;
           if (gr.by_column) {
@@ -450,8 +477,6 @@ class DirectTiler {
           }
         }
         for (int i = t.m; i < MR; ++i) t.p[i] = t.p[t.m - 1], t.q[i] = t.q[t.m - 1];
-        // real_taps is non-increasing in both bounds: the union of the pixels' taps is
-        // [lo(last row), hi(first row)), and the same for the columns.
         i64 pmin = t.p[0], pmax = t.p[0], qmin = t.q[0], qmax = t.q[0];
         t.consecutive = true;
         for (int i = 1; i < t.m; ++i) {
@@ -459,10 +484,7 @@ class DirectTiler {
           qmin = std::min(qmin, t.q[i]), qmax = std::max(qmax, t.q[i]);
           t.consecutive = t.consecutive && t.p[i] * g_.Q + t.q[i] == t.p[i - 1] * g_.Q + t.q[i - 1] + 1;
         }
-        const TapRange rlo = row_taps(pmax), rhi = row_taps(pmin);
-        const TapRange slo = col_taps(qmax), shi = col_taps(qmin);
-        t.win = {rlo.lo, std::max(rlo.lo, rhi.hi), slo.lo, std::max(slo.lo, shi.hi)};
-        if (!skip_) t.win = {0, g_.R, 0, g_.S};
+        t.win = uniform ? gwin : window(pmin, pmax, qmin, qmax);
         f(static_cast<const DirectTileSpec<MR>&>(t));
       }
     }
@@ -477,6 +499,13 @@ class DirectTiler {
   TapRange row_taps(i64 p) const { return real_taps(p, g_.sh, g_.pt, g_.dh, g_.R, g_.H); }
   TapRange col_taps(i64 q) const { return real_taps(q, g_.sw, g_.pl, g_.dw, g_.S, g_.W); }
   static bool same(TapRange a, TapRange b) { return a.lo == b.lo && a.hi == b.hi; }
+  // The taps of pixels in rows [pmin, pmax] x columns [qmin, qmax]: real_taps is non-increasing
+  // in both bounds, so their union is [lo(last row), hi(first row)), and the same for columns.
+  TapWindow window(i64 pmin, i64 pmax, i64 qmin, i64 qmax) const {
+    const TapRange rlo = row_taps(pmax), rhi = row_taps(pmin);
+    const TapRange slo = col_taps(qmax), shi = col_taps(qmin);
+    return {rlo.lo, std::max(rlo.lo, rhi.hi), slo.lo, std::max(slo.lo, shi.hi)};
+  }
   static i64 size(const Group& gr) { return (gr.pb - gr.pa) * (gr.qb - gr.qa); }
   static i64 tiles(const Group& gr) { return (size(gr) + MR - 1) / MR; }
   void add(const Group& gr) {
