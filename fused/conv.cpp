@@ -175,14 +175,12 @@ struct DirectTileEpi {
   }
 };
 
-// The y lines of a tile's m pixels (valid channels each) and its residual's, towards L2. Out of
-// line: inlined, the loops changed the register allocation of direct_tile's FMA loop.
+// The y lines of a tile's m pixels (simd::prefetch_tile_outputs) and its residual's, towards L2.
+// Out of line, for the same reason.
 [[gnu::noinline]] inline void prefetch_outputs(const ChainEpilogue& epi, float* const* ys, const i64* pix, int m,
                                                i64 k0, i64 valid) {
-  for (int i = 0; i < m; ++i) {
-    for (i64 c = 0; c < valid; c += 16) prefetch_line<2>(ys[i] + c);
-    if (epi.n > 0) epi.prefetch_row(pix[i], k0, valid);
-  }
+  simd::prefetch_tile_outputs(ys, m, valid);
+  for (int i = 0; i < m; ++i) epi.prefetch_row(pix[i], k0, valid);
 }
 
 // One task: output rows [p0, p1) of image n (simd's direct_block with the chain fused). yt is
@@ -226,9 +224,7 @@ void direct_block(const simd::DirectPlan<Arch>& pl, const float* xp, const float
           ys[i] = i < tile.m ? yt + (pix[i] - a) * K + k0 : nullptr;
         }
         // The last channel block stores y and (NHWC) reads the residual: their lines are
-        // requested now, so they arrive during the FMAs instead of stalling the store and the
-        // epilogue (1x1 64 -> 256 @56 NHWC: y and the residual are 3.2 MB each, beyond L2).
-        // A read prefetch serves the store too: a line no other core holds arrives exclusive.
+        // requested now, to arrive during the FMAs.
         if (last && !pl.ybuf) prefetch_outputs(epi, ys, pix, tile.m, k0, valid);
         simd::direct_tile_m<Arch, MR, NV>(
             tile.m, xs, wc, g.S, cn, tile.win, row_step, col_step, bk, ys, valid, first,

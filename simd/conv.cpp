@@ -277,6 +277,7 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
           xs[i] = xn + (tile.p[i] * g.sh * pl.Wp + tile.q[i] * g.sw) * C + gi * g.Cg + c0;
           ys[i] = i < tile.m ? yt + ((tile.p[i] - p0) * g.Q + tile.q[i]) * K + k0 : nullptr;
         }
+        if (last && !pl.ybuf) prefetch_tile_outputs(ys, tile.m, valid);
         direct_tile_m<Arch, MR, NV>(tile.m, xs, wc, g.S, cn, tile.win, row_step, col_step, bk, ys, valid, first,
                                     NoTileEpi{}, pf.at(t), pf.count(t));
         ++t;

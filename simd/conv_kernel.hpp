@@ -209,6 +209,17 @@ template <class Arch, int MR, int NV, class Epi = NoTileEpi>
   }
 }
 
+// The y lines of a tile's m pixels (valid channels each), towards L2, before the FMAs of the
+// block that stores them: they arrive during the FMAs instead of stalling the stores (a bare
+// 1x1 64 -> 256 @56 writes 3.2 MB, beyond L2, whose lines a whole model finds in L3 at best).
+// A read prefetch serves the store too: a line no other core holds arrives exclusive. Out of
+// line: inlined, the loops changed the register allocation of direct_tile's FMA loop. asm, not
+// __builtin_prefetch: GCC deletes a loop of those as free of side effects (fused/gemm_epilogue.hpp).
+[[gnu::noinline]] inline void prefetch_tile_outputs(float* const* ys, int m, i64 valid) {
+  for (int i = 0; i < m; ++i)
+    for (i64 c = 0; c < valid; c += 16) asm volatile("prefetcht1 %0" : : "m"(ys[i][c]));
+}
+
 // direct_tile for a tile of m real pixels (DirectTiler): the tile of m rows for MR / 2 <= m <=
 // MR, of MR / 2 rows below that (xs and ys hold MR entries, padded past m by the caller).
 template <class Arch, int MR, int NV, int M = MR, class Epi>
