@@ -257,6 +257,7 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
   const float* xn = xp + n * pl.Hp * pl.Wp * C;
   // Channel blocks fb0 .. fb1 - 1 of the G * nkb (group-major): output channels [k_lo, k_hi).
   const auto [k_lo, k_hi] = direct_block_channels(pl, fb0, fb1);
+  const bool pointwise = direct_pointwise(pl) && ch.n == 0;  // the chain runs on stored tiles (below)
   for (i64 fb = fb0; fb < fb1; ++fb) {
     const i64 gi = fb / pl.nkb, kb = fb % pl.nkb;
     const float* wk = wp + fb * wblock;
@@ -264,6 +265,13 @@ void direct_block(const DirectPlan<Arch>& pl, const float* xp, const float* wp, 
     const i64 k0 = gi * g.Kg + kb * pl.KB;
     const i64 valid = std::min(pl.KB, g.Kg - kb * pl.KB);
     const i64 CB = direct_cblock(g, pl.KB);
+    if (pointwise) {
+      pointwise_run<Arch, MR, NV>(
+          xn + a * C, C, C, wk, bk, yt + k0, K, a, npix, valid,
+          [&](float* const* ys, const i64*, int m) { prefetch_tile_outputs(ys, m, valid); },
+          [](const i64*) { return NoTileEpi{}; });
+      continue;
+    }
     for (i64 c0 = 0; c0 < g.Cg; c0 += CB) {
       const i64 cn = std::min(CB, g.Cg - c0);
       const bool first = c0 == 0, last = c0 + cn == g.Cg;
