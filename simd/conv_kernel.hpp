@@ -113,6 +113,33 @@ struct TapWindow {
   i64 r0, r1, s0, s1;
 };
 
+// Stores a finished register tile: pixel i's valid_k channels to ys[i] (nullptr: tile padding,
+// not stored); a partial vector through a buffer, nothing written past valid_k. Inlined always,
+// so that acc stays in the caller's registers.
+template <class Arch, int MR, int NV>
+[[gnu::always_inline]] inline void store_tile(fbatch<Arch> (&acc)[MR][NV], float* const* ys, i64 valid_k) {
+  constexpr int Wd = static_cast<int>(fbatch<Arch>::size);
+  if (valid_k == NV * Wd) {
+    float* yl[MR];  // a local copy: the stores (may_alias vectors) would make ys[i] reload
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) yl[i] = ys[i];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+      if (yl[i])
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(yl[i] + v * Wd);
+    return;
+  }
+  alignas(64) float tmp[NV * Wd];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    if (!ys[i]) continue;
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + v * Wd);
+    std::memcpy(ys[i], tmp, static_cast<std::size_t>(valid_k) * sizeof(float));
+  }
+}
+
 // One register tile: MR output pixels x NV vectors of output channels.
 //   xs[i]: the padded-NHWC address of pixel i's window corner (at its group's first channel)
 //   w:     the K block's packed weights [R][S][Cg][NV*W]
@@ -188,25 +215,7 @@ template <class Arch, int MR, int NV, class Epi = NoTileEpi>
     }
   }
   epi(acc, ys);
-  if (valid_k == NV * Wd) {
-    float* yl[MR];  // a local copy: the stores (may_alias vectors) would make ys[i] reload
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) yl[i] = ys[i];
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-      if (yl[i])
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(yl[i] + v * Wd);
-  } else {
-    alignas(64) float tmp[NV * Wd];
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      if (!ys[i]) continue;
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + v * Wd);
-      std::memcpy(ys[i], tmp, static_cast<std::size_t>(valid_k) * sizeof(float));
-    }
-  }
+  store_tile<Arch>(acc, ys, valid_k);
 }
 
 // The y lines of a tile's m pixels (valid channels each), towards L2, before the FMAs of the
@@ -281,20 +290,7 @@ template <class Arch, int MR, int NV, class Before, class EpiAt>
       }
     }
     epi_at(static_cast<const i64*>(pix))(acc, static_cast<float* const*>(ys));
-    if (valid_k == NV * Wd) {
-#pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(ys[i] + v * Wd);
-    } else {
-      alignas(64) float tmp[NV * Wd];
-#pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(tmp + v * Wd);
-        std::memcpy(ys[i], tmp, static_cast<std::size_t>(valid_k) * sizeof(float));
-      }
-    }
+    store_tile<Arch>(acc, ys, valid_k);
   }
   if (j == n) return;
   const int m = static_cast<int>(n - j);
