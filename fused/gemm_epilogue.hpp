@@ -58,17 +58,7 @@ inline void bn_mult(const float* scale, const float* var, float eps, std::int64_
   for (std::int64_t i = 0; i < n; ++i) mult[i] = scale[i] * (1.f / std::sqrt(var[i] + eps));
 }
 
-// A read prefetch into L1 (L = 3) or L2 (L = 2). asm volatile, not __builtin_prefetch: GCC 12 at
-// -O3 deleted the whole operand-prefetch loop below as free of side effects (seen in the
-// assembly: macro_kernel kept only its C prefetches, and the residual loads of the 1x1 conv's
-// epilogue missed the caches).
-template <int L>
-inline void prefetch_line(const float* p) {
-  if constexpr (L == 3)
-    asm volatile("prefetcht0 %0" : : "m"(*p));
-  else
-    asm volatile("prefetcht1 %0" : : "m"(*p));
-}
+using simd::prefetch_line;  // asm prefetches (simd/common.hpp)
 
 // One step. Element (i, j) of an operand is at p[i * rs + j * cs]: cs 0 broadcasts along the
 // row, 1 is a vector load, anything else a gather (an NCHW operand in a channels-in-lanes tile).

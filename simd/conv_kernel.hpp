@@ -222,11 +222,10 @@ template <class Arch, int MR, int NV, class Epi = NoTileEpi>
 // block that stores them: they arrive during the FMAs instead of stalling the stores (a bare
 // 1x1 64 -> 256 @56 writes 3.2 MB, beyond L2, whose lines a whole model finds in L3 at best).
 // A read prefetch serves the store too: a line no other core holds arrives exclusive. Out of
-// line: inlined, the loops changed the register allocation of direct_tile's FMA loop. asm, not
-// __builtin_prefetch: GCC deletes a loop of those as free of side effects (fused/gemm_epilogue.hpp).
+// line: inlined, the loops changed the register allocation of direct_tile's FMA loop.
 [[gnu::noinline]] inline void prefetch_tile_outputs(float* const* ys, int m, i64 valid) {
   for (int i = 0; i < m; ++i)
-    for (i64 c = 0; c < valid; c += 16) asm volatile("prefetcht1 %0" : : "m"(ys[i][c]));
+    for (i64 c = 0; c < valid; c += 16) prefetch_line<2>(ys[i] + c);
 }
 
 // direct_tile for a tile of m real pixels (DirectTiler): the tile of m rows for MR / 2 <= m <=
