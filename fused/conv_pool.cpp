@@ -8,40 +8,45 @@
 //        NHWC tiles first - then the simd maxpool2d kernel reads it all back
 //        (simd/conv_pool.cpp).
 // fused: one pass. Threads split the pooled output rows. Each thread computes the conv rows
-//        its pooled rows need, one at a time: a register tile of MR pixels x NV vectors of
-//        output channels (channels in lanes, like simd's nhwc_direct) accumulates over the
-//        window with the leading batchnorms already folded into the weights and bias at
-//        prepare, the rest of the chain (relu, ...) runs on the accumulators, and the tile
-//        lands in a one-row NHWC buffer (Q x K floats, 28 KB for the stem). That row is
-//        max-pooled along its width straight away into a rolling ring of kernel_h pooled-width
-//        rows (3 x 56 x 64 floats); as soon as a pooled row's window of conv rows is in the
-//        ring, the column max over it goes to y. So the per-thread working set is ~85 KB (L2)
-//        and the conv output never reaches memory: y (0.8 MB) is the only store stream. Conv
-//        rows two pooled rows share are computed once (the ring keeps them); with stride >
-//        kernel the rows no window reads are never computed.
-//        Max is NaN-propagating (select((v > m) | isnan(v), v, m), naive's rule). On AVX-512 the
-//        7 pixels x 4 zmm tile is inline assembly with embedded-broadcast FMAs (see
-//        tile_avx512_7x4: the one place this file leaves xsimd, and why). The layout transform
-//        of the pooled rows into NCHW y is a register transpose (simd/transpose.hpp).
+//        its pooled rows need, one at a time, with the leading batchnorms already folded into
+//        the weights and bias at prepare and the rest of the chain (relu, ...) on the
+//        accumulators, into a rolling ring of kernel_h rows; as soon as a pooled row's window
+//        of conv rows is in the ring, its max goes to y. So the per-thread working set is
+//        ~100 KB (L2) and the conv output never reaches memory: y (0.8 MB) is the only store
+//        stream. Conv rows two pooled rows share are computed once (the ring keeps them); with
+//        stride > kernel the rows no window reads are never computed. Two ways to a conv row:
+//        - small-C (NCHW x with at most 4 channels, the RGB stems, and a 3-wide stride-2 pool
+//          width window; smallc_run): simd's small-C tile (pixels in lanes, from phase-split
+//          copies of x's planes) writes the row NCHW (K x Q); the pooled row is the max over
+//          the ring rows, split into even and odd columns so that every stride-2 window is
+//          three contiguous loads, stored straight into NCHW y.
+//        - any other (run): a register tile of MR pixels x NV vectors of output channels
+//          (channels in lanes, like simd's nhwc_direct) over a zero-padded NHWC copy of x
+//          lands in a one-row NHWC buffer, which is max-pooled along its width straight away
+//          into the ring; the column max over the window's ring rows goes to y (through a
+//          register transpose, simd/transpose.hpp, for NCHW y). On AVX-512 the 7 pixels x 4
+//          zmm tile is inline assembly with embedded-broadcast FMAs (see tile_avx512_7x4: the
+//          one place this file leaves xsimd, and why).
+//        Max is NaN-propagating, naive's rule (nan_max).
 //
 // Measured: the ResNet-50 stem, the opfuse-bench case
 // conv2d/<impl>/n1_c3_h224_w224_k64_r7_s2_p3+bn+relu+maxpool3s2p1 (x 1x3x224x224 NCHW, w 64x3x7x7
-// stride 2 pad 3, + bn + relu + maxpool 3x3/2 pad 1 -> y 1x64x56x56; AVX-512, weights not
-// bound at prepare), fused / simd / oneDNN at one and two threads, is in reports/REPORT.md
-// (conv2d), next to the same convolution without the pool (..._p3+bn+relu); or run
-// `opfuse-bench --op conv2d`. The difference between the two cases is what the pool costs:
-// simd's pool pass reads the 3.2 MB conv output back, oneDNN's is cheap (it pools in its
-// blocked nChw16c layout), and this kernel has no such pass. Most of the time is the FMA loop:
-// the 7 x 4 tile alone runs the stem's 7.4M FMAs at about the FMA peak in a standalone loop,
-// well ahead of the xsimd 6 x 4 tile it replaced, which GCC compiles with a vbroadcastss per
-// pixel. The padded NHWC copy of x and the width pooling take a few percent each (perf).
+// stride 2 pad 3, + bn + relu + maxpool 3x3/2 pad 1 -> y 1x64x56x56; weights not bound at
+// prepare), fused / simd / oneDNN at one and two threads, is in reports/REPORT.md (conv2d, and
+// reports/avx2/ at AVX2), next to the same convolution without the pool (..._p3+bn+relu); or
+// run `opfuse-bench --op conv2d [--isa avx2]`. The difference between the two cases is what
+// the pool costs: simd's pool pass reads the 3.2 MB conv output back, oneDNN's is cheap (it
+// pools in its blocked layout), and this kernel has no such pass. Most of the time is the FMA
+// loop; the pool and the copy of x into the planes take a few percent (perf).
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "fused/conv_pool.hpp"
 #include "simd/activation.hpp"
@@ -90,6 +95,22 @@ i64 block_of(const ConvPoolGeom& g) {
   return Tile<Arch>::nv(g.K) * static_cast<i64>(fbatch<Arch>::size);
 }
 
+// A stem (few input channels, NCHW x and y) with the ResNet pool's width window (3 wide,
+// stride 2, left pad 0 or 1) takes the small-C path (smallc_run, below) at every ISA: its
+// pixels-in-lanes tile keeps the FMA pipes busier than the channels-in-lanes tiles of the NHWC
+// path (the AVX2 6 x 2 xsimd tile, and even the AVX-512 7 x 4 assembly one), and its NCHW
+// rows pool into NCHW y without a transpose (A/B in the commit that added it).
+template <class Arch>
+bool smallc_path(const ConvPoolGeom& g) {
+  return !g.x_nhwc && g.C <= simd::kSmallC && g.kw == 3 && g.psw == 2 && (g.ppl == 0 || g.ppl == 1);
+}
+
+// Output channels per packed weight block: the small-C kernel's, or the register tile's.
+template <class Arch>
+i64 pack_block(const ConvPoolGeom& g) {
+  return smallc_path<Arch>(g) ? simd::kSmallKC : block_of<Arch>(g);
+}
+
 // Per-thread scratch: one conv row (Q x Kp, NHWC), the ring of kernel_h width-pooled rows
 // (PQ x Kp each), one pooled row for the NCHW transpose (PQ x Kp).
 struct RowBuffers {
@@ -110,6 +131,7 @@ struct State {
   std::unique_ptr<float, decltype(&std::free)> scratch{nullptr, &std::free};
   i64 per_thread = 0;
   int slots = 1;
+  simd::DwState dw;  // the small-C path: tap offsets and C phase-split planes per thread
 };
 
 // The epilogue steps after the folded batchnorms: activation, or a per-channel batchnorm
@@ -122,10 +144,14 @@ struct Epilogue {
   i64 Kp = 0;
 };
 
+// naive: if (v > max || isnan(v)) max = v. MAXPS(v, m) (xsimd::max) returns its second operand
+// when either is NaN and on equal values, so it keeps a NaN m and gives naive's lane everywhere
+// but a NaN v, which the select then takes: three instructions where the compare-or-select
+// form took four. xsimd::isnan, not v != v: xsimd 8 compiles != to an ordered compare on
+// AVX/AVX-512 (false for NaN).
 template <class Arch>
 inline fbatch<Arch> nan_max(fbatch<Arch> m, fbatch<Arch> v) {
-  // xsimd::isnan, not v != v: xsimd 8 compiles != to an ordered compare on AVX/AVX-512 (false for NaN).
-  return xsimd::select((v > m) | xsimd::isnan(v), v, m);  // naive: if (v > max || isnan(v)) max = v
+  return xsimd::select(xsimd::isnan(v), v, xsimd::max(v, m));
 }
 
 // The epilogue steps on one vector of output channels [k, k + W): by value, so that the
@@ -337,13 +363,9 @@ void pool_height(const float* const* src, i64 nr, i64 PQ, i64 Kp, i64 kw, float*
   }
 }
 
-template <class Arch, int NV>
-void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const float* params, const State& st) {
-  using B = fbatch<Arch>;
-  constexpr i64 Wd = B::size;
-  const i64 KB = NV * Wd, Kp = round_up(g.K, KB);
-  const float* wp = params;
-  const float* bias = wp + Kp * g.R * g.S * g.C;
+// The epilogue steps of a call: the chain between the folded batchnorms and the pool, later
+// batchnorms' vectors after the bias (conv_pool_fold_pack).
+inline Epilogue epilogue_of(const KernelArgs& args, const ConvPoolGeom& g, const float* bias, i64 Kp) {
   Epilogue ep;
   ep.Kp = Kp;
   const auto& post = args.desc->p<Conv2dParams>().post_ops;
@@ -354,6 +376,41 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
     ep.act[i] = op.act;
     ep.vec[i] = bias + Kp + 3 * Kp * i;
   }
+  return ep;
+}
+
+// Pooled rows [b, e) of all images, in order, over a ring of kernel_h conv rows ring_row floats
+// apart: conv_row(n, p, slot) computes conv row p of image n into a ring slot unless the ring
+// already holds it (shared with the previous pooled row), then pool(n, po, src, nr) reduces the
+// window's nr ring rows src[]. The window's conv rows are consecutive, so their slots p % kh are
+// distinct.
+template <class ConvRow, class Pool>
+void walk_pooled_rows(const ConvPoolGeom& g, i64 b, i64 e, float* ring, i64 ring_row, ConvRow&& conv_row, Pool&& pool) {
+  i64 tag[64];  // conv row (n * P + p) held by each ring slot; kh <= 64 (see supports)
+  for (i64 s = 0; s < g.kh; ++s) tag[s] = -1;
+  for (i64 row = b; row < e; ++row) {
+    const i64 n = row / g.PP, po = row % g.PP;
+    const i64 r0 = po * g.psh - g.ppt, ra = std::max<i64>(r0, 0), re = std::min(g.P, r0 + g.kh);
+    for (i64 p = ra; p < re; ++p) {
+      const i64 slot = p % g.kh;
+      if (tag[slot] == n * g.P + p) continue;
+      conv_row(n, p, ring + slot * ring_row);
+      tag[slot] = n * g.P + p;
+    }
+    const float* src[64];  // one per window row; kh <= 64 (see supports)
+    for (i64 p = ra; p < re; ++p) src[p - ra] = ring + (p % g.kh) * ring_row;
+    pool(n, po, src, re - ra);
+  }
+}
+
+template <class Arch, int NV>
+void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const float* params, const State& st) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  const i64 KB = NV * Wd, Kp = round_up(g.K, KB);
+  const float* wp = params;
+  const float* bias = wp + Kp * g.R * g.S * g.C;
+  const Epilogue ep = epilogue_of(args, g, bias, Kp);
   const RowBuffers sl = scratch_layout(g, Kp);
   float* y = args.out[0]->mutable_data();
   const i64 rows = g.N * g.PP;  // pooled rows of all images
@@ -361,53 +418,193 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
     float* crow = scratch;
     float* ring = crow + sl.crow;
     float* prow = ring + g.kh * sl.ring_row;
-    i64 tag[64];  // conv row (n * P + p) held by each ring slot; kh <= 64 (see supports)
-    for (i64 s = 0; s < g.kh; ++s) tag[s] = -1;
-    for (i64 row = b; row < e; ++row) {
-      const i64 n = row / g.PP, po = row % g.PP;
-      const i64 r0 = po * g.psh - g.ppt, ra = std::max<i64>(r0, 0), re = std::min(g.P, r0 + g.kh);
-      // The window's conv rows are consecutive, so their slots p % kh are distinct.
-      for (i64 p = ra; p < re; ++p) {
-        const i64 slot = p % g.kh;
-        if (tag[slot] == n * g.P + p) continue;  // shared with the previous pooled row
-        conv_row<Arch, NV>(g, xp, wp, bias, ep, n, p, crow);
-        pool_width<Arch>(g, Kp, crow, ring + slot * sl.ring_row);
-        tag[slot] = n * g.P + p;
-      }
-      // Height pooling over the ring rows of this window, straight into y (NHWC) or into the
-      // pooled row buffer (NCHW).
-      const float* src[64];  // one per window row; kh <= 64 (see supports)
-      for (i64 p = ra; p < re; ++p) src[p - ra] = ring + (p % g.kh) * sl.ring_row;
+    const auto conv = [&](i64 n, i64 p, float* slot_row) {
+      conv_row<Arch, NV>(g, xp, wp, bias, ep, n, p, crow);
+      pool_width<Arch>(g, Kp, crow, slot_row);
+    };
+    // Height pooling over the window's ring rows, straight into y (NHWC) or into the pooled row
+    // buffer (NCHW).
+    const auto pool = [&](i64 n, i64 po, const float* const* src, i64 nr) {
       if (g.x_nhwc) {
-        pool_height<Arch>(src, re - ra, g.PQ, Kp, g.K, y + (n * g.PP + po) * g.PQ * g.K, g.K);
+        pool_height<Arch>(src, nr, g.PQ, Kp, g.K, y + (n * g.PP + po) * g.PQ * g.K, g.K);
       } else {
-        pool_height<Arch>(src, re - ra, g.PQ, Kp, round_up(g.K, Wd), prow, Kp);
+        pool_height<Arch>(src, nr, g.PQ, Kp, round_up(g.K, Wd), prow, Kp);
         // (PQ x Kp) -> y[n][k][po][:], out of the L1-resident pooled row.
         const i64 plane = g.PP * g.PQ;
         float* yrow = y + n * g.K * plane + po * g.PQ;
         simd::transpose_2d<Arch>(prow, Kp, yrow, plane, g.PQ, g.K);  // W x W blocks through registers
       }
-    }
+    };
+    walk_pooled_rows(g, b, e, ring, sl.ring_row, conv, pool);
   };
-  const int t = static_cast<int>(std::min<i64>(std::min(simd::team_size(args.threads), st.slots), rows));
-  if (t <= 1) {
-    work(0, rows, st.scratch.get());
-    return;
+  simd::parallel_tid(rows, std::min(simd::team_size(args.threads), st.slots), 1,
+                     [&](int id, i64 b, i64 e) { work(b, e, st.scratch.get() + id * st.per_thread); });
+}
+
+// ---- the small-C path (smallc_path) -----------------------------------------------------------
+// simd's small-C tile (simd/conv_kernel.hpp: x copied into phase-split padded planes, a tile of
+// KT output channels x up to 3 vectors of an output row) computes each conv row into a ring slot
+// laid out NCHW (K rows of Qr floats); the epilogue steps run on the tile's accumulators. A
+// pooled row then takes, per channel, the max over its window's ring rows vector by vector
+// (pixels in lanes), splits it into even and odd conv columns (simd::even_odd), and the
+// stride-2 width window is three contiguous loads: columns 2q-1, 2q, 2q+1 are O[q-1], E[q],
+// O[q] (left pad 1; E[q], O[q], E[q+1] with no pad). Columns past Q, and O[-1], hold -inf,
+// which no max ever picks over a real value, so clipped windows need no bounds.
+
+// The common chain after the folded batchnorms, one activation: its kind fixed for the call
+// (simd::activate switches per vector in an out-of-line call, around which the tile's
+// accumulators were spilled).
+template <class Arch, ActKind K>
+struct SmallcActEpi {
+  Activation act;
+  template <class B, int KT, int NV>
+  void operator()(B (&acc)[KT][NV], i64, i64) const {
+    for (int u = 0; u < KT; ++u)
+      for (int v = 0; v < NV; ++v) acc[u][v] = simd::activate_k<K, Arch>(act, acc[u][v]);
   }
-#pragma omp parallel num_threads(t)
-  {
-    const ::opfuse::detail::DenormalGuard denormals;  // MXCSR is per thread (src/denormal.hpp)
-    const i64 nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const i64 b = rows * id / nt, e = rows * (id + 1) / nt;
-    if (b < e) work(b, e, st.scratch.get() + id * st.per_thread);
+};
+
+// Any other chain, on a small-C tile whose rows are output channels k0 .. k0 + KT - 1.
+template <class Arch>
+struct SmallcEpi {
+  const Epilogue* ep;
+  i64 k0;
+  template <class B, int KT, int NV>
+  void operator()(B (&acc)[KT][NV], i64, i64) const {
+    for (int st = 0; st < ep->n; ++st) {
+      if (ep->bn[st]) {
+        const float* mean = ep->vec[st] + k0;
+        for (int u = 0; u < KT; ++u) {
+          const B m(mean[u]), mult(mean[ep->Kp + u]), shift(mean[2 * ep->Kp + u]);
+          for (int v = 0; v < NV; ++v) acc[u][v] = xsimd::fma(acc[u][v] - m, mult, shift);
+        }
+      } else {
+        for (int u = 0; u < KT; ++u)
+          for (int v = 0; v < NV; ++v) acc[u][v] = simd::activate<Arch>(ep->act[st], acc[u][v]);
+      }
+    }
+  }
+};
+
+// Per-thread scratch of the small-C path: kh ring rows of K x Qr floats, then E and O.
+struct SmallcBuffers {
+  i64 Qr, ring_row, eo, total;
+};
+template <class Arch>
+SmallcBuffers smallc_layout(const ConvPoolGeom& g) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  SmallcBuffers l{};
+  l.Qr = round_up(g.Q, 2 * Wd);
+  l.ring_row = round_up(g.K * l.Qr, 16);
+  // E[0 .. L) and O[-Wd .. L): the width pass reads up to index PQ rounded up to Wd.
+  l.eo = round_up(std::max(l.Qr / 2, round_up(g.PQ, Wd) + 1) + Wd, 16);
+  l.total = g.kh * l.ring_row + 2 * l.eo;
+  return l;
+}
+
+// Weights packed [kb][r][s][c][KB] (conv_pool_fold_pack) -> [kb][c][r][s][KB], the small-C
+// tile's order; the bias and epilogue vectors after them copied as they are.
+inline void smallc_reorder(const ConvPoolGeom& g, const float* src, float* dst) {
+  const i64 KB = simd::kSmallKC, Kp = round_up(g.K, KB), taps = g.R * g.S;
+  for (i64 kb = 0; kb < Kp / KB; ++kb)
+    for (i64 t = 0; t < taps; ++t)
+      for (i64 c = 0; c < g.C; ++c)
+        std::memcpy(dst + ((kb * g.C + c) * taps + t) * KB, src + ((kb * taps + t) * g.C + c) * KB,
+                    static_cast<std::size_t>(KB) * sizeof(float));
+  const i64 wfloats = Kp * taps * g.C;
+  std::memcpy(dst + wfloats, src + wfloats,
+              (conv_pool_params_floats(g, KB) - static_cast<std::size_t>(wfloats)) * sizeof(float));
+}
+
+// Conv row p (all K channels, after the epilogue) from the filled planes into crow (K x Qr).
+template <class Arch, class EpiOf>
+void smallc_row(const ConvPoolGeom& g, const simd::DwState& dw, i64 rows_stride, const float* planes, const float* wp,
+                const float* bias, const EpiOf& epi_of, i64 p, i64 Qr, float* crow) {
+  constexpr i64 KC = simd::kSmallKC;
+  constexpr int KT = simd::kSmallKT<Arch>;
+  const i64 taps = g.R * g.S;
+  const float* in_row = planes + p * g.sh * rows_stride;
+  for (i64 k0 = 0; k0 < g.K; k0 += KT) {
+    const i64 kv = std::min<i64>(KT, g.K - k0);
+    const float* w = wp + (k0 / KC) * g.C * taps * KC + k0 % KC;
+    simd::smallc_row_block<Arch>(in_row, dw.plane_floats, g.C, dw.tap_offset.data(), taps, w, bias + k0, crow + k0 * Qr,
+                                 Qr, kv, g.Q, 0, epi_of(k0));
   }
 }
 
-// Workspace: [params unless folded at prepare][padded NHWC x].
+// Pooled row po of image n: the height max over the window's nr ring rows src[], then the
+// stride-2 width window from the even / odd split, into y (NCHW).
+template <class Arch>
+void smallc_pool(const ConvPoolGeom& g, const SmallcBuffers& sl, const float* const* src, i64 nr, float* e_buf,
+                 float* o_buf, float* y, i64 n, i64 po) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  float* odd = o_buf + Wd;  // odd[-1] stays -inf
+  for (i64 k = 0; k < g.K; ++k) {
+    const i64 at = k * sl.Qr;
+    for (i64 j = 0; j < sl.Qr; j += 2 * Wd) {
+      B lo = B::load_aligned(src[0] + at + j), hi = B::load_aligned(src[0] + at + j + Wd);
+      for (i64 i = 1; i < nr; ++i) {
+        lo = nan_max<Arch>(lo, B::load_aligned(src[i] + at + j));
+        hi = nan_max<Arch>(hi, B::load_aligned(src[i] + at + j + Wd));
+      }
+      B ev, od;
+      simd::even_odd<Arch>(lo, hi, ev, od);
+      ev.store_aligned(e_buf + j / 2);
+      od.store_aligned(odd + j / 2);
+    }
+    float* yrow = y + ((n * g.K + k) * g.PP + po) * g.PQ;
+    for (i64 q = 0; q < g.PQ; q += Wd) {
+      B m = nan_max<Arch>(B::load_aligned(e_buf + q), B::load_aligned(odd + q));
+      m = nan_max<Arch>(m, g.ppl ? B::load_unaligned(odd + q - 1) : B::load_unaligned(e_buf + q + 1));
+      simd::store_partial<Arch>(yrow + q, m, g.PQ - q);
+    }
+  }
+}
+
+template <class Arch, class EpiOf>
+void smallc_run(const KernelArgs& args, const ConvPoolGeom& g, const float* wp, const float* bias, const State& st,
+                const EpiOf& epi_of) {
+  const SmallcBuffers sl = smallc_layout<Arch>(g);
+  const simd::DwPlane pl = simd::dw_plane<Arch>(g);
+  const float* x = args.in[0]->data();
+  float* y = args.out[0]->mutable_data();
+  const i64 rows = g.N * g.PP, HW = g.H * g.W, pf = st.dw.plane_floats;
+  const auto work = [&](i64 b, i64 e, float* scratch, float* planes) {
+    float* ring = scratch;
+    float* e_buf = ring + g.kh * sl.ring_row;
+    float* o_buf = e_buf + sl.eo;
+    i64 filled_n = -1, filled_hi = 0;  // the planes hold image filled_n's rows [.., filled_hi)
+    const auto conv = [&](i64 n, i64 p, float* slot_row) {
+      // The input rows conv row p reads, inside the image; a thread's rows come in order.
+      const i64 h0 = std::max<i64>(0, p * g.sh - g.pt);
+      const i64 h1 = std::min(g.H, p * g.sh - g.pt + (g.R - 1) * g.dh + 1);
+      const i64 from = filled_n == n ? std::max(h0, filled_hi) : h0;
+      if (from < h1) {
+        for (i64 c = 0; c < g.C; ++c)
+          simd::dw_fill_rows<Arch>(g, pl, x + (n * g.C + c) * HW, planes + c * pf, from, h1);
+        filled_n = n, filled_hi = h1;
+      }
+      smallc_row<Arch>(g, st.dw, pl.rows_stride, planes, wp, bias, epi_of, p, sl.Qr, slot_row);
+    };
+    const auto pool = [&](i64 n, i64 po, const float* const* src, i64 nr) {
+      smallc_pool<Arch>(g, sl, src, nr, e_buf, o_buf, y, n, po);
+    };
+    walk_pooled_rows(g, b, e, ring, sl.ring_row, conv, pool);
+  };
+  float* planes = st.dw.planes.data;  // per-thread scratch, like st.scratch
+  simd::parallel_tid(rows, std::min(simd::team_size(args.threads), st.slots), 1, [&](int id, i64 b, i64 e) {
+    work(b, e, st.scratch.get() + id * st.per_thread, planes + id * g.C * pf);
+  });
+}
+
+// Workspace: [params unless folded at prepare][padded NHWC x]; the small-C path needs no copy
+// of x but a second params block, for the fold before the reorder.
 template <class Arch>
 std::size_t workspace_floats(const ConvPoolGeom& g, bool with_params) {
   const std::size_t params =
-      with_params ? round_up(static_cast<i64>(conv_pool_params_floats(g, block_of<Arch>(g))), 16) : 0;
+      with_params ? round_up(static_cast<i64>(conv_pool_params_floats(g, pack_block<Arch>(g))), 16) : 0;
+  if (smallc_path<Arch>(g)) return 2 * params;
   const std::size_t xcopy = g.copy_x ? static_cast<std::size_t>(g.N * g.Hp * g.Wp * g.C) : 0;
   return params + xcopy;
 }
@@ -423,7 +620,8 @@ template <class Arch>
 Status ConvPool::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tensor* const* constants,
                          std::shared_ptr<void>& state) {
   const ConvPoolGeom g = conv_pool_geom(desc);
-  const i64 KB = block_of<Arch>(g), Kp = round_up(g.K, KB);
+  const bool smallc = smallc_path<Arch>(g);
+  const i64 KB = pack_block<Arch>(g), Kp = round_up(g.K, KB);
   auto st = std::make_shared<State>();
   // Fold and pack once when every input but x (weights, bias, batchnorm vectors) is bound.
   bool bound = constants != nullptr;
@@ -432,14 +630,24 @@ Status ConvPool::prepare(Arch, const OpDesc& desc, const Context& ctx, const Ten
     const std::size_t floats = round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16);
     st->params.reset(static_cast<float*>(std::aligned_alloc(64, floats * sizeof(float))));
     if (!st->params) return {StatusCode::out_of_memory, "conv2d: cannot allocate the folded weights"};
-    conv_pool_fold_pack(desc, g, KB, constants, st->params.get());
+    if (smallc) {
+      std::vector<float> folded(floats);
+      conv_pool_fold_pack(desc, g, KB, constants, folded.data());
+      smallc_reorder(g, folded.data(), st->params.get());
+    } else {
+      conv_pool_fold_pack(desc, g, KB, constants, st->params.get());
+    }
     st->packed = true;
   }
   st->slots = std::max(1, ctx.threads);
-  st->per_thread = scratch_layout(g, Kp).total;
-  st->scratch.reset(static_cast<float*>(
-      std::aligned_alloc(64, static_cast<std::size_t>(st->per_thread * st->slots) * sizeof(float))));
+  st->per_thread = smallc ? smallc_layout<Arch>(g).total : scratch_layout(g, Kp).total;
+  const std::size_t scratch = static_cast<std::size_t>(st->per_thread * st->slots);
+  st->scratch.reset(static_cast<float*>(std::aligned_alloc(64, scratch * sizeof(float))));
   if (!st->scratch) return {StatusCode::out_of_memory, "conv2d: cannot allocate the per-thread row buffers"};
+  if (smallc) {  // the ring's columns past Q and odd[-1] must read -inf (smallc_pool)
+    std::fill(st->scratch.get(), st->scratch.get() + scratch, -std::numeric_limits<float>::infinity());
+    simd::smallc_prepare<Arch>(g, st->slots, &st->dw);
+  }
   state = std::move(st);
   return Status::ok();
 }
@@ -449,9 +657,29 @@ void ConvPool::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
   const ConvPoolGeom g = conv_pool_geom(d);
   const auto& st = *static_cast<const State*>(args.state);
-  const i64 KB = block_of<Arch>(g);
+  const i64 KB = pack_block<Arch>(g);
   float* ws = args.workspace;
   const float* params = st.params.get();
+  if (smallc_path<Arch>(g)) {
+    if (!st.packed) {
+      conv_pool_fold_pack(d, g, KB, args.in, ws + round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16));
+      smallc_reorder(g, ws + round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16), ws);
+      params = ws;
+    }
+    const i64 Kp = round_up(g.K, KB);
+    const float* bias = params + Kp * g.R * g.S * g.C;
+    const Epilogue ep = epilogue_of(args, g, bias, Kp);
+    if (ep.n == 1 && !ep.bn[0]) {
+      const Activation act = ep.act[0];
+      simd::with_act_kind(act.kind, [&](auto kind) {
+        smallc_run<Arch>(args, g, params, bias, st,
+                         [act](i64) { return SmallcActEpi<Arch, decltype(kind)::value>{act}; });
+      });
+    } else {
+      smallc_run<Arch>(args, g, params, bias, st, [&ep](i64 k0) { return SmallcEpi<Arch>{&ep, k0}; });
+    }
+    return;
+  }
   if (!st.packed) {
     conv_pool_fold_pack(d, g, KB, args.in, ws);
     params = ws;

@@ -825,6 +825,28 @@ template <class Arch, int KT, int NV, class Epi>
   }
 }
 
+// One output row of one channel block: the tiles of up to 3 vectors along the Q outputs (see
+// smallc_tile; pix0: the image pixel of the row's first output, rows of out ld floats apart).
+template <class Arch, class Epi>
+inline void smallc_row_block(const float* in_row, i64 plane_floats, i64 C, const i64* toff, i64 taps, const float* w,
+                             const float* bias, float* out, i64 ld, i64 kv, i64 Q, i64 pix0, const Epi& epi) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  constexpr int KT = kSmallKT<Arch>;
+  for (i64 q0 = 0; q0 < Q; q0 += 3 * Wd) {
+    const i64 valid = std::min(3 * Wd, Q - q0);
+    const auto tile = [&](auto nv) {
+      smallc_tile<Arch, KT, decltype(nv)::value>(in_row + q0, plane_floats, C, toff, taps, w, bias, out + q0, ld, kv,
+                                                 valid, epi, pix0 + q0);
+    };
+    if (valid <= Wd)
+      tile(std::integral_constant<int, 1>{});
+    else if (valid <= 2 * Wd)
+      tile(std::integral_constant<int, 2>{});
+    else
+      tile(std::integral_constant<int, 3>{});
+  }
+}
+
 // The small-C convolution of NCHW x into NCHW y, output rows of all images split over the
 // threads. wpk / bpk from smallc_pack. epi_of(n, k0) returns the map of image n's tiles at
 // output channel k0 (see smallc_tile); rows_done(n, p0, p1) runs once output rows [p0, p1) of
@@ -833,7 +855,6 @@ template <class Arch, int KT, int NV, class Epi>
 template <class Arch, class EpiOf, class RowsDone>
 void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const float* wpk, const float* bpk, float* y,
                 int threads, EpiOf epi_of, RowsDone rows_done) {
-  constexpr i64 Wd = fbatch<Arch>::size;
   const DwPlane pl = dw_plane<Arch>(g);
   const i64 C = g.C, K = g.K, P = g.P, Q = g.Q, PQ = g.P * g.Q, HW = g.H * g.W, taps = g.R * g.S;
   constexpr int KT = kSmallKT<Arch>;
@@ -855,21 +876,8 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
           const i64 kv = std::min<i64>(KT, K - k0);
           const float* w = wpk + (k0 / kSmallKC) * C * taps * kSmallKC + k0 % kSmallKC;
           const float* bias = bpk + k0;
-          const auto epi = epi_of(n, k0);
-          float* out = yn + k0 * PQ + p * Q;
-          for (i64 q0 = 0; q0 < Q; q0 += 3 * Wd) {
-            const i64 valid = std::min(3 * Wd, Q - q0), pix = p * Q + q0;
-            const auto tile = [&](auto nv) {
-              smallc_tile<Arch, KT, decltype(nv)::value>(in_row + q0, pf, C, toff, taps, w, bias, out + q0, PQ, kv,
-                                                         valid, epi, pix);
-            };
-            if (valid <= Wd)
-              tile(std::integral_constant<int, 1>{});
-            else if (valid <= 2 * Wd)
-              tile(std::integral_constant<int, 2>{});
-            else
-              tile(std::integral_constant<int, 3>{});
-          }
+          smallc_row_block<Arch>(in_row, pf, C, toff, taps, w, bias, yn + k0 * PQ + p * Q, PQ, kv, Q, p * Q,
+                                 epi_of(n, k0));
         }
         if (p + 1 - pd == crows || p + 1 == p1) {
           rows_done(n, pd, p + 1);

@@ -446,6 +446,13 @@ void conv_cases(Cases& c, Rng& rng) {
   // with an unpadded NHWC x read in place.
   c.add(conv({1, 5, 17, 17, 40, 3, 3, 1, 2, 2}, true, {act(ActKind::relu), PostOp::maxpool(3, 2, 1)}));
   c.add(conv({1, 8, 12, 12, 64, 3, 3, 1, 0, 1, 1, kNhwc}, false, {PostOp::batchnorm(), PostOp::maxpool(2, 2, 0)}));
+  // Few NCHW input channels and a 3-wide stride-2 width window (the small-C path below AVX-512):
+  // no left pad with a later batchnorm, and a left and right pad that clip the last window.
+  c.add(conv({1, 3, 23, 21, 12, 3, 3, 1, 1}, false,
+             {act(ActKind::relu), PostOp::batchnorm(), PostOp::maxpool(PostOp::Window{3, 3, 2, 2, 0, 0, 0, 0})}));
+  c.add(conv({1, 2, 20, 25, 9, 5, 5, 2, 2}, true,
+             {act(Activation::relu6()), PostOp::maxpool(PostOp::Window{2, 3, 2, 2, 0, 1, 0, 1})}),
+        kNan);
   // Drawn from the seed.
   for (int i = 0; i < 3; ++i) {
     ConvSpec s{1, 1, 1, 1, 1, 1, 1};
