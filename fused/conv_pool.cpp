@@ -95,14 +95,14 @@ i64 block_of(const ConvPoolGeom& g) {
   return Tile<Arch>::nv(g.K) * static_cast<i64>(fbatch<Arch>::size);
 }
 
-// A stem (few input channels, NCHW x and y) with the ResNet pool's width window (3 wide,
+// A stem (few input channels, NCHW or NHWC) with the ResNet pool's width window (3 wide,
 // stride 2, left pad 0 or 1) takes the small-C path (smallc_run, below) at every ISA: its
-// pixels-in-lanes tile keeps the FMA pipes busier than the channels-in-lanes tiles of the NHWC
-// path (the AVX2 6 x 2 xsimd tile, and even the AVX-512 7 x 4 assembly one), and its NCHW
-// rows pool into NCHW y without a transpose (A/B in the commit that added it).
+// pixels-in-lanes tile keeps the FMA pipes busier than the channels-in-lanes tiles of the other
+// path (the AVX2 6 x 2 xsimd tile, and even the AVX-512 7 x 4 assembly one), and its NCHW rows
+// pool into NCHW y without a transpose (A/B in the commits that added it and its NHWC form).
 template <class Arch>
 bool smallc_path(const ConvPoolGeom& g) {
-  return !g.x_nhwc && g.C <= simd::kSmallC && g.kw == 3 && g.psw == 2 && (g.ppl == 0 || g.ppl == 1);
+  return g.C <= simd::kSmallC && g.kw == 3 && g.psw == 2 && (g.ppl == 0 || g.ppl == 1);
 }
 
 // Output channels per packed weight block: the small-C kernel's, or the register tile's.
@@ -486,9 +486,10 @@ struct SmallcEpi {
   }
 };
 
-// Per-thread scratch of the small-C path: kh ring rows of K x Qr floats, then E and O.
+// Per-thread scratch of the small-C path: kh ring rows of K x Qr floats, E and O, and for NHWC
+// the pooled row (K x PQr, transposed into y) and one input row split by channel (C x Wr).
 struct SmallcBuffers {
-  i64 Qr, ring_row, eo, total;
+  i64 Qr, ring_row, eo, PQr, Wr, total;
 };
 template <class Arch>
 SmallcBuffers smallc_layout(const ConvPoolGeom& g) {
@@ -498,7 +499,9 @@ SmallcBuffers smallc_layout(const ConvPoolGeom& g) {
   l.ring_row = round_up(g.K * l.Qr, 16);
   // E[0 .. L) and O[-Wd .. L): the width pass reads up to index PQ rounded up to Wd.
   l.eo = round_up(std::max(l.Qr / 2, round_up(g.PQ, Wd) + 1) + Wd, 16);
-  l.total = g.kh * l.ring_row + 2 * l.eo;
+  l.PQr = round_up(g.PQ, 16);
+  l.Wr = round_up(g.W, 16);
+  l.total = g.kh * l.ring_row + 2 * l.eo + (g.x_nhwc ? g.K * l.PQr + g.C * l.Wr : 0);
   return l;
 }
 
@@ -532,11 +535,11 @@ void smallc_row(const ConvPoolGeom& g, const simd::DwState& dw, i64 rows_stride,
   }
 }
 
-// Pooled row po of image n: the height max over the window's nr ring rows src[], then the
-// stride-2 width window from the even / odd split, into y (NCHW).
+// One pooled row: the height max over the window's nr ring rows src[], then the stride-2 width
+// window from the even / odd split; channel k's PQ outputs go to dst + k * ld_k.
 template <class Arch>
 void smallc_pool(const ConvPoolGeom& g, const SmallcBuffers& sl, const float* const* src, i64 nr, float* e_buf,
-                 float* o_buf, float* y, i64 n, i64 po) {
+                 float* o_buf, float* dst, i64 ld_k) {
   using B = fbatch<Arch>;
   constexpr i64 Wd = B::size;
   float* odd = o_buf + Wd;  // odd[-1] stays -inf
@@ -553,7 +556,7 @@ void smallc_pool(const ConvPoolGeom& g, const SmallcBuffers& sl, const float* co
       ev.store_aligned(e_buf + j / 2);
       od.store_aligned(odd + j / 2);
     }
-    float* yrow = y + ((n * g.K + k) * g.PP + po) * g.PQ;
+    float* yrow = dst + k * ld_k;
     for (i64 q = 0; q < g.PQ; q += Wd) {
       B m = nan_max<Arch>(B::load_aligned(e_buf + q), B::load_aligned(odd + q));
       m = nan_max<Arch>(m, g.ppl ? B::load_unaligned(odd + q - 1) : B::load_unaligned(e_buf + q + 1));
@@ -569,26 +572,41 @@ void smallc_run(const KernelArgs& args, const ConvPoolGeom& g, const float* wp, 
   const simd::DwPlane pl = simd::dw_plane<Arch>(g);
   const float* x = args.in[0]->data();
   float* y = args.out[0]->mutable_data();
-  const i64 rows = g.N * g.PP, HW = g.H * g.W, pf = st.dw.plane_floats;
+  const i64 rows = g.N * g.PP, pf = st.dw.plane_floats;
   const auto work = [&](i64 b, i64 e, float* scratch, float* planes) {
     float* ring = scratch;
     float* e_buf = ring + g.kh * sl.ring_row;
     float* o_buf = e_buf + sl.eo;
-    i64 filled_n = -1, filled_hi = 0;  // the planes hold image filled_n's rows [.., filled_hi)
+    float* prow = o_buf + sl.eo;        // NHWC only
+    float* xrow = prow + g.K * sl.PQr;  // NHWC only
+    i64 filled_n = -1, filled_hi = 0;   // the planes hold image filled_n's rows [.., filled_hi)
     const auto conv = [&](i64 n, i64 p, float* slot_row) {
       // The input rows conv row p reads, inside the image; a thread's rows come in order.
       const i64 h0 = std::max<i64>(0, p * g.sh - g.pt);
       const i64 h1 = std::min(g.H, p * g.sh - g.pt + (g.R - 1) * g.dh + 1);
       const i64 from = filled_n == n ? std::max(h0, filled_hi) : h0;
-      if (from < h1) {
-        for (i64 c = 0; c < g.C; ++c)
-          simd::dw_fill_rows<Arch>(g, pl, x + (n * g.C + c) * HW, planes + c * pf, from, h1);
-        filled_n = n, filled_hi = h1;
+      for (i64 h = from; h < h1; ++h) {
+        if (g.x_nhwc) {  // the row's pixels split by channel first
+          const float* px = x + (n * g.H + h) * g.W * g.C;
+          for (i64 w = 0; w < g.W; ++w)
+            for (i64 c = 0; c < g.C; ++c) xrow[c * sl.Wr + w] = px[w * g.C + c];
+          for (i64 c = 0; c < g.C; ++c) simd::dw_fill_row<Arch>(g, pl, xrow + c * sl.Wr, planes + c * pf, h);
+        } else {
+          for (i64 c = 0; c < g.C; ++c)
+            simd::dw_fill_row<Arch>(g, pl, x + ((n * g.C + c) * g.H + h) * g.W, planes + c * pf, h);
+        }
       }
+      if (from < h1) filled_n = n, filled_hi = h1;
       smallc_row<Arch>(g, st.dw, pl.rows_stride, planes, wp, bias, epi_of, p, sl.Qr, slot_row);
     };
     const auto pool = [&](i64 n, i64 po, const float* const* src, i64 nr) {
-      smallc_pool<Arch>(g, sl, src, nr, e_buf, o_buf, y, n, po);
+      if (!g.x_nhwc) {
+        smallc_pool<Arch>(g, sl, src, nr, e_buf, o_buf, y + n * g.K * g.PP * g.PQ + po * g.PQ, g.PP * g.PQ);
+        return;
+      }
+      // (K x PQ) -> y[n][po][:][:], out of the L1-resident pooled row.
+      smallc_pool<Arch>(g, sl, src, nr, e_buf, o_buf, prow, sl.PQr);
+      simd::transpose_2d<Arch>(prow, sl.PQr, y + (n * g.PP + po) * g.PQ * g.K, g.K, g.K, g.PQ);
     };
     walk_pooled_rows(g, b, e, ring, sl.ring_row, conv, pool);
   };

@@ -602,35 +602,38 @@ class DirectTiler {
   int ngroups_ = 0;
 };
 
-// Input rows [h0, h1) of an (H x W) plane src into its phase-split padded plane buf (dw_plane):
-// padded column j*sw + f of row h goes to phase f, column j. Only real columns are written, so
-// the padding keeps the zeros the buffer started with.
+// Input row h of a plane, its W floats at srow, into the plane's phase-split padded copy buf
+// (dw_plane): padded column j*sw + f goes to phase f, column j. Only real columns are written,
+// so the padding keeps the zeros the buffer started with.
 template <class Arch>
-inline void dw_fill_rows(const ConvGeom& g, const DwPlane& pl, const float* src, float* buf, i64 h0, i64 h1) {
+inline void dw_fill_row(const ConvGeom& g, const DwPlane& pl, const float* srow, float* buf, i64 h) {
   const i64 phase_floats = pl.Hp * pl.rows_stride, rs = pl.rows_stride;
   const i64 Win = g.W, padl = g.pl, sw = g.sw;
-  for (i64 h = h0; h < h1; ++h) {
-    float* row = buf + (h + g.pt) * rs;
-    const float* srow = src + h * Win;
-    if (sw == 1) {  // inline: a libc memcpy call per 56-float row was ~18% of the kernel
-      copy_floats<Arch>(srow, row + padl, Win);
-      continue;
-    }
-    if (sw == 2) {  // both phases in one pass: padded column col + padl, phase (col + padl) % 2
-      float* ph = row + (padl % 2) * phase_floats + padl / 2;              // where column 0 goes
-      float* pn = row + ((padl + 1) % 2) * phase_floats + (padl + 1) / 2;  // column 1
-      split_phases2<Arch>(srow, Win, ph, pn);
-      continue;
-    }
-    for (i64 f = 0; f < sw; ++f) {
-      // Padded columns f, f + sw, ... that hold real data: col = j*sw + f - pl in [0, W).
-      const i64 j0 = f >= padl ? 0 : (padl - f + sw - 1) / sw;
-      const i64 col0 = j0 * sw + f - padl;
-      if (col0 >= Win) continue;
-      float* dst = row + f * phase_floats;
-      for (i64 j = j0, col = col0; col < Win; ++j, col += sw) dst[j] = srow[col];
-    }
+  float* row = buf + (h + g.pt) * rs;
+  if (sw == 1) {  // inline: a libc memcpy call per 56-float row was ~18% of the kernel
+    copy_floats<Arch>(srow, row + padl, Win);
+    return;
   }
+  if (sw == 2) {  // both phases in one pass: padded column col + padl, phase (col + padl) % 2
+    float* ph = row + (padl % 2) * phase_floats + padl / 2;              // where column 0 goes
+    float* pn = row + ((padl + 1) % 2) * phase_floats + (padl + 1) / 2;  // column 1
+    split_phases2<Arch>(srow, Win, ph, pn);
+    return;
+  }
+  for (i64 f = 0; f < sw; ++f) {
+    // Padded columns f, f + sw, ... that hold real data: col = j*sw + f - pl in [0, W).
+    const i64 j0 = f >= padl ? 0 : (padl - f + sw - 1) / sw;
+    const i64 col0 = j0 * sw + f - padl;
+    if (col0 >= Win) continue;
+    float* dst = row + f * phase_floats;
+    for (i64 j = j0, col = col0; col < Win; ++j, col += sw) dst[j] = srow[col];
+  }
+}
+
+// Input rows [h0, h1) of an (H x W) plane src into its phase-split padded plane buf.
+template <class Arch>
+inline void dw_fill_rows(const ConvGeom& g, const DwPlane& pl, const float* src, float* buf, i64 h0, i64 h1) {
+  for (i64 h = h0; h < h1; ++h) dw_fill_row<Arch>(g, pl, src + h * g.W, buf, h);
 }
 
 // A map that maps nothing, for any kernel's epilogue slot (the simd stage's: its chain runs after

@@ -418,6 +418,7 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 3, 29, 27, 16, 7, 7, 2, 3}, false, stem), kInf);
   c.add(conv({1, 3, 64, 64, 16, 7, 7, 2, 3}, false, stem), kNan);  // NaN in full vectors of the pools
   c.add(conv({1, 3, 40, 40, 32, 3, 3, 2, 1, 1, 1, kNhwc}, false, stem), kNan);
+  c.add(conv({2, 3, 29, 27, 20, 7, 7, 2, 3, 1, 1, kNhwc}, false, stem), kNan);  // NHWC, two images, 20 channels
   c.add(conv({1, 3, 64, 64, 64, 7, 7, 2, 3}, false, stem));
   c.add(conv({1, 3, 64, 64, 64, 7, 7, 2, 3}, false, stem), kConst);
   c.add(conv({2, 3, 45, 45, 65, 7, 7, 2, 3}, true, stem));
