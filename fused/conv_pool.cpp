@@ -519,22 +519,6 @@ inline void smallc_reorder(const ConvPoolGeom& g, const float* src, float* dst) 
               (conv_pool_params_floats(g, KB) - static_cast<std::size_t>(wfloats)) * sizeof(float));
 }
 
-// Conv row p (all K channels, after the epilogue) from the filled planes into crow (K x Qr).
-template <class Arch, class EpiOf>
-void smallc_row(const ConvPoolGeom& g, const simd::DwState& dw, i64 rows_stride, const float* planes, const float* wp,
-                const float* bias, const EpiOf& epi_of, i64 p, i64 Qr, float* crow) {
-  constexpr i64 KC = simd::kSmallKC;
-  constexpr int KT = simd::kSmallKT<Arch>;
-  const i64 taps = g.R * g.S;
-  const float* in_row = planes + p * g.sh * rows_stride;
-  for (i64 k0 = 0; k0 < g.K; k0 += KT) {
-    const i64 kv = std::min<i64>(KT, g.K - k0);
-    const float* w = wp + (k0 / KC) * g.C * taps * KC + k0 % KC;
-    simd::smallc_row_block<Arch>(in_row, dw.plane_floats, g.C, dw.tap_offset.data(), taps, w, bias + k0, crow + k0 * Qr,
-                                 Qr, kv, g.Q, 0, epi_of(k0));
-  }
-}
-
 // One pooled row: the height max over the window's nr ring rows src[], then the stride-2 width
 // window from the even / odd split; channel k's PQ outputs go to dst + k * ld_k.
 template <class Arch>
@@ -587,9 +571,7 @@ void smallc_run(const KernelArgs& args, const ConvPoolGeom& g, const float* wp, 
       const i64 from = filled_n == n ? std::max(h0, filled_hi) : h0;
       for (i64 h = from; h < h1; ++h) {
         if (g.x_nhwc) {  // the row's pixels split by channel first
-          const float* px = x + (n * g.H + h) * g.W * g.C;
-          for (i64 w = 0; w < g.W; ++w)
-            for (i64 c = 0; c < g.C; ++c) xrow[c * sl.Wr + w] = px[w * g.C + c];
+          simd::transpose_2d<Arch>(x + (n * g.H + h) * g.W * g.C, g.C, xrow, sl.Wr, g.W, g.C);
           for (i64 c = 0; c < g.C; ++c) simd::dw_fill_row<Arch>(g, pl, xrow + c * sl.Wr, planes + c * pf, h);
         } else {
           for (i64 c = 0; c < g.C; ++c)
@@ -597,7 +579,9 @@ void smallc_run(const KernelArgs& args, const ConvPoolGeom& g, const float* wp, 
         }
       }
       if (from < h1) filled_n = n, filled_hi = h1;
-      smallc_row<Arch>(g, st.dw, pl.rows_stride, planes, wp, bias, epi_of, p, sl.Qr, slot_row);
+      // Conv row p, all K channels after the epilogue, into the ring slot (K x Qr).
+      simd::smallc_row<Arch>(planes + p * g.sh * pl.rows_stride, pf, g.C, st.dw.tap_offset.data(), g.R * g.S, wp, bias,
+                             g.K, slot_row, sl.Qr, g.Q, 0, epi_of);
     };
     const auto pool = [&](i64 n, i64 po, const float* const* src, i64 nr) {
       if (!g.x_nhwc) {
@@ -679,9 +663,10 @@ void ConvPool::operator()(Arch, const KernelArgs& args) const {
   float* ws = args.workspace;
   const float* params = st.params.get();
   if (smallc_path<Arch>(g)) {
-    if (!st.packed) {
-      conv_pool_fold_pack(d, g, KB, args.in, ws + round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16));
-      smallc_reorder(g, ws + round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16), ws);
+    if (!st.packed) {  // folded into the second params block, reordered into the first
+      float* folded = ws + round_up(static_cast<i64>(conv_pool_params_floats(g, KB)), 16);
+      conv_pool_fold_pack(d, g, KB, args.in, folded);
+      smallc_reorder(g, folded, ws);
       params = ws;
     }
     const i64 Kp = round_up(g.K, KB);

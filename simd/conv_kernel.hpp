@@ -828,25 +828,32 @@ template <class Arch, int KT, int NV, class Epi>
   }
 }
 
-// One output row of one channel block: the tiles of up to 3 vectors along the Q outputs (see
-// smallc_tile; pix0: the image pixel of the row's first output, rows of out ld floats apart).
-template <class Arch, class Epi>
-inline void smallc_row_block(const float* in_row, i64 plane_floats, i64 C, const i64* toff, i64 taps, const float* w,
-                             const float* bias, float* out, i64 ld, i64 kv, i64 Q, i64 pix0, const Epi& epi) {
+// One output row of all K channels: per block of KT channels (weights wpk and biases bpk from
+// smallc_pack, rows of out ld floats apart), the tiles of up to 3 vectors along the Q outputs
+// (see smallc_tile); epi_at(k0) gives the block's map, pix0 the image pixel of the row's first
+// output.
+template <class Arch, class EpiAt>
+inline void smallc_row(const float* in_row, i64 plane_floats, i64 C, const i64* toff, i64 taps, const float* wpk,
+                       const float* bpk, i64 K, float* out, i64 ld, i64 Q, i64 pix0, const EpiAt& epi_at) {
   constexpr i64 Wd = fbatch<Arch>::size;
   constexpr int KT = kSmallKT<Arch>;
-  for (i64 q0 = 0; q0 < Q; q0 += 3 * Wd) {
-    const i64 valid = std::min(3 * Wd, Q - q0);
-    const auto tile = [&](auto nv) {
-      smallc_tile<Arch, KT, decltype(nv)::value>(in_row + q0, plane_floats, C, toff, taps, w, bias, out + q0, ld, kv,
-                                                 valid, epi, pix0 + q0);
-    };
-    if (valid <= Wd)
-      tile(std::integral_constant<int, 1>{});
-    else if (valid <= 2 * Wd)
-      tile(std::integral_constant<int, 2>{});
-    else
-      tile(std::integral_constant<int, 3>{});
+  for (i64 k0 = 0; k0 < K; k0 += KT) {
+    const i64 kv = std::min<i64>(KT, K - k0);
+    const float* w = wpk + (k0 / kSmallKC) * C * taps * kSmallKC + k0 % kSmallKC;
+    const auto epi = epi_at(k0);
+    for (i64 q0 = 0; q0 < Q; q0 += 3 * Wd) {
+      const i64 valid = std::min(3 * Wd, Q - q0);
+      const auto tile = [&](auto nv) {
+        smallc_tile<Arch, KT, decltype(nv)::value>(in_row + q0, plane_floats, C, toff, taps, w, bpk + k0,
+                                                   out + k0 * ld + q0, ld, kv, valid, epi, pix0 + q0);
+      };
+      if (valid <= Wd)
+        tile(std::integral_constant<int, 1>{});
+      else if (valid <= 2 * Wd)
+        tile(std::integral_constant<int, 2>{});
+      else
+        tile(std::integral_constant<int, 3>{});
+    }
   }
 }
 
@@ -860,7 +867,6 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
                 int threads, EpiOf epi_of, RowsDone rows_done) {
   const DwPlane pl = dw_plane<Arch>(g);
   const i64 C = g.C, K = g.K, P = g.P, Q = g.Q, PQ = g.P * g.Q, HW = g.H * g.W, taps = g.R * g.S;
-  constexpr int KT = kSmallKT<Arch>;
   const i64 pf = st->plane_floats;
   const i64* toff = st->tap_offset.data();
   const i64 crows = std::max<i64>(1, 16384 / (Q * K));
@@ -875,13 +881,8 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
       i64 pd = p0;  // the first row not yet passed to rows_done
       for (i64 p = p0; p < p1; ++p) {
         const float* in_row = planes + p * g.sh * pl.rows_stride;
-        for (i64 k0 = 0; k0 < K; k0 += KT) {
-          const i64 kv = std::min<i64>(KT, K - k0);
-          const float* w = wpk + (k0 / kSmallKC) * C * taps * kSmallKC + k0 % kSmallKC;
-          const float* bias = bpk + k0;
-          smallc_row_block<Arch>(in_row, pf, C, toff, taps, w, bias, yn + k0 * PQ + p * Q, PQ, kv, Q, p * Q,
-                                 epi_of(n, k0));
-        }
+        smallc_row<Arch>(in_row, pf, C, toff, taps, wpk, bpk, K, yn + p * Q, PQ, Q, p * Q,
+                         [&](i64 k0) { return epi_of(n, k0); });
         if (p + 1 - pd == crows || p + 1 == p1) {
           rows_done(n, pd, p + 1);
           pd = p + 1;
