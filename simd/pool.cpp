@@ -9,8 +9,9 @@
 //          columns hold the identity, -inf or 0), then each output is reduced across kernel_w
 //          buffer entries. For stride_w > 1 the buffer is first de-interleaved into stride_w
 //          phase rows (stride 2: split_phases2's register shuffles), so that consecutive outputs
-//          read consecutive floats again. The average divides by rows(oh) * cols(q), which is
-//          how n_valid and n_padded factor over a rectangle.
+//          read consecutive floats again. The average's divisor is rows(oh) * cols(q), which is
+//          how n_valid and n_padded factor over a rectangle; the kernels multiply by its
+//          reciprocal from a table made at prepare (InvTable).
 //        C contiguous (NHWC): one window walk per output pixel reduces a vector of channels.
 //        Every loop runs whole vectors: a row's (or a pixel's channels') last partial vector is
 //          loaded and stored masked (load_partial / store_partial in simd/common.hpp), its
@@ -26,7 +27,10 @@
 //        The windows of real models (kw 2 or 3, stride 1 or 2, left pad 0 or 1, undilated)
 //          skip the buffer: pool_row_regs keeps both reductions in registers, the taps shifted
 //          across neighbouring vectors. Read back from the buffer one or two floats off its
-//          vector stores, they stalled on store forwarding.
+//          vector stores, they stalled on store forwarding. pool_rows_regs loops over a plane's
+//          rows inside the instance.
+//        The 3x3/1 same window over small planes runs the rows between the first and the last
+//          as one flat run of the plane (pool_plane_flat3), its vectors straddling rows.
 //        The max is select((v > m) | isnan(v), v, m): naive's rule, so a NaN sticks.
 //        global_avgpool: a vector sum per (n, c) plane (NCHW) or vectors across channels (NHWC).
 // fused: pooling is memory-bound; fusion only pays when it follows a convolution (the pool is
@@ -116,17 +120,36 @@ constexpr int kTaps = 16;
 // loop runs whole vectors: the lanes past a row's end compute on the slack (zeroed at prepare)
 // and are dropped by the one partial store at the row's end.
 struct RowScratch {
-  std::int64_t cols, phases, counts;
-  explicit RowScratch(const Geometry& g)
-      : cols(round16(g.wb + 1 + 15) + 32), phases(round16(g.sw * g.phase) + 32), counts(round16(g.Q) + 16) {}
-  std::int64_t floats() const { return cols + phases + counts; }
+  std::int64_t cols, phases;
+  explicit RowScratch(const Geometry& g) : cols(round16(g.wb + 1 + 15) + 32), phases(round16(g.sw * g.phase) + 32) {}
+  std::int64_t floats() const { return cols + phases; }
 };
 
-// Output row oh's share of the average's divisor: the window rows inside the input (rows), or
-// inside the padded input (count_include_pad); 0 for max pooling, which does not divide.
-float row_divisor(const Geometry& g, std::int64_t oh, std::int64_t rows) {
-  if (g.is_max) return 0.f;
-  return static_cast<float>(g.incpad ? count_inside(oh, g.sh, g.pt, g.kh, 1, -g.pt, g.H + g.pb) : rows);
+// The average's reciprocal divisors, made once at prepare and shared by the threads. Over a
+// rectangle the divisor of output (oh, q) factors into the window rows and the window columns
+// inside the input (or inside the padded input, count_include_pad): rows(oh) * cols(q). Row
+// r of the table holds 1 / (r * cols(q)) for every q (0 where that is 0: the window holds no
+// input and its sum is the identity 0), so the kernels scale a sum by one vector multiply. A
+// vector divide per output vector was most of the 3x3/1 average pool's time.
+struct InvTable {
+  std::int64_t stride;  // floats per row: Q rounded up, plus a vector of slack
+  explicit InvTable(const Geometry& g) : stride(round16(g.Q) + 16) {}
+  std::int64_t floats(const Geometry& g) const { return g.is_max ? 0 : (g.kh + 1) * stride; }
+  void fill(const Geometry& g, float* t) const {
+    for (std::int64_t r = 0; r <= g.kh; ++r)
+      for (std::int64_t q = 0; q < stride; ++q) {
+        const std::int64_t c = q >= g.Q   ? 0
+                               : g.incpad ? count_inside(q, g.sw, g.pl, g.kw, 1, -g.pl, g.W + g.pr)
+                                          : count_inside(q, g.sw, g.pl, g.kw, 1, 0, g.W);
+        t[r * stride + q] = r * c > 0 ? 1.f / static_cast<float>(r * c) : 0.f;
+      }
+  }
+};
+
+// Output row oh's share of the average's divisor, its row in the InvTable: the window rows
+// inside the input (rows), or inside the padded input (count_include_pad).
+std::int64_t row_divisor(const Geometry& g, std::int64_t oh, std::int64_t rows) {
+  return g.incpad ? count_inside(oh, g.sh, g.pt, g.kh, 1, -g.pt, g.H + g.pb) : rows;
 }
 
 // NCHW, the small windows of real models (kw 2 or 3, stride 1 or 2, left pad 0 or 1 - what
@@ -143,7 +166,8 @@ float row_divisor(const Geometry& g, std::int64_t oh, std::int64_t rows) {
 // before; the CPU matches a load to earlier stores by those low address bits, so that load
 // waits on the store (a false dependency) and goes last, behind the other rows' loads.
 template <class Arch, int KW, int SW, int PL>
-void pool_row_regs(const Geometry& g, const float* const* rp, int nr, float* y, float rcount, const float* cnt) {
+[[gnu::always_inline]] inline void pool_row_regs(const Geometry& g, const float* const* rp, int nr, float* y,
+                                                 const float* inv) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
   const bool is_max = g.is_max;
@@ -158,12 +182,8 @@ void pool_row_regs(const Geometry& g, const float* const* rp, int nr, float* y, 
     if (is_max && n < W) acc = xsimd::select(lane_iota<Arch>() < B(static_cast<float>(n)), acc, id);
     return acc;
   };
-  const B vr(rcount);
   auto finish = [&](B acc, std::int64_t q) {
-    if (!is_max) {
-      const B div = vr * B::load_unaligned(cnt + q);
-      acc = xsimd::select(div > B(0.f), acc / div, B(0.f));
-    }
+    if (!is_max) acc *= B::load_unaligned(inv + q);
     store_partial<Arch>(y + q, acc, g.Q - q);
   };
   // The tap of output vector m at input column offset D (from the window's first column at
@@ -218,32 +238,109 @@ void pool_row_regs(const Geometry& g, const float* const* rp, int nr, float* y, 
   }
 }
 
-// The pool_row_regs instance for this geometry, or null where it does not apply.
+// Output rows oh0 .. oh1 - 1 of one plane (x: its (H, W) rows, step xh; y: output row oh0,
+// step yh), each by pool_row_regs. The loop over rows sits inside the instance: called per row
+// through a pointer, the call and the row setup around it took about a third of a 3x3/1 pool
+// over 28-wide rows.
+template <class Arch, int KW, int SW, int PL>
+void pool_rows_regs(const Geometry& g, const float* x, std::int64_t xh, float* y, std::int64_t yh, std::int64_t oh0,
+                    std::int64_t oh1, const float* inv, std::int64_t inv_stride) {
+  for (std::int64_t oh = oh0; oh < oh1; ++oh, y += yh) {
+    const float* rp[kTaps];
+    int nr = 0;
+    for (std::int64_t i = 0, ih = oh * g.sh - g.pt; i < g.kh; ++i, ih += g.dh)
+      if (ih >= 0 && ih < g.H) rp[nr++] = x + ih * xh;
+    pool_row_regs<Arch, KW, SW, PL>(g, rp, nr, y, g.is_max ? nullptr : inv + row_divisor(g, oh, nr) * inv_stride);
+  }
+}
+
+// The 3x3 stride-1 "same" window (pad 1 all round, undilated) over small planes: the plane's
+// interior rows (1 .. H - 2) as one flat run of H W floats, whole vectors straddling rows.
+// The rows above and below a flat position are W floats away, its left and right neighbours
+// one float, so one vertical sum per vector and two shifts across neighbouring vectors give
+// the window as in pool_row_regs; only the neighbours across a row boundary (a first column's
+// left, a last column's right) must drop out, which a per-position table says. On 28-wide rows
+// the row kernel ran 1.75 vectors per row, the last one masked, plus its row setup; the flat
+// run is whole vectors but one. Rows 0 and H - 1, whose windows lose a row, take the row
+// kernel. FlatTables holds, per interior position k = i - W: left[k] and right[k] (1 where the
+// neighbour is in the row, else 0) and the average's reciprocal divisor inv[k].
+struct FlatTables {
+  std::int64_t len;  // (H - 2) W positions plus a vector of slack
+  explicit FlatTables(const Geometry& g) : len(applies(g) ? round16((g.H - 2) * g.W) + 16 : 0) {}
+  static bool applies(const Geometry& g) {
+    return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pt == 1 && g.pl == 1 &&
+           g.pb == 1 && g.pr == 1 && g.H >= 3 && g.W >= 2 && g.H * g.W <= 16384;
+  }
+  std::int64_t floats() const { return 3 * len; }
+  void fill(const Geometry& g, const InvTable& it, const float* inv_table, float* t) const {
+    for (std::int64_t k = 0; k < len; ++k) {
+      const std::int64_t col = k % g.W;
+      const bool in = k < (g.H - 2) * g.W;
+      t[k] = in && col > 0 ? 1.f : 0.f;
+      t[len + k] = in && col < g.W - 1 ? 1.f : 0.f;
+      // An interior row's window holds 3 rows, with or without count_include_pad.
+      t[2 * len + k] = in && !g.is_max ? inv_table[3 * it.stride + col] : 0.f;
+    }
+  }
+};
+
 template <class Arch>
-using RowRegsFn = void (*)(const Geometry&, const float* const*, int, float*, float, const float*);
+void pool_plane_flat3(const Geometry& g, const float* x, float* y, const float* t, std::int64_t len) {
+  using B = fbatch<Arch>;
+  constexpr std::int64_t V = B::size;
+  const bool is_max = g.is_max;
+  const B id(is_max ? -kInf : 0.f);
+  auto comb = [is_max](B a, B v) { return is_max ? max_nan<Arch>(a, v) : a + v; };
+  const std::int64_t w = g.W, end = (g.H - 1) * w;
+  // Vertical reduction at flat positions i .. i + V - 1 (the identity from end on), bottom-up
+  // for the reason pool_row_regs gives.
+  auto vsum = [&](std::int64_t i) {
+    const std::int64_t n = end - i;
+    if (n <= 0) return id;
+    B a = load_partial<Arch>(x + i + w, n);
+    a = comb(a, load_partial<Arch>(x + i, n));
+    return comb(a, load_partial<Arch>(x + i - w, n));
+  };
+  const float *left = t, *right = t + len, *inv = t + 2 * len;
+  B prev = id, cur = vsum(w);
+  for (std::int64_t i = w, k = 0; i < end; i += V, k += V) {
+    const B next = vsum(i + V);
+    const B l =
+        xsimd::select(B::load_unaligned(left + k) > B(0.f), shift_concat<static_cast<int>(V) - 1, Arch>(prev, cur), id);
+    const B r = xsimd::select(B::load_unaligned(right + k) > B(0.f), shift_concat<1, Arch>(cur, next), id);
+    B acc = comb(comb(l, cur), r);
+    if (!is_max) acc *= B::load_unaligned(inv + k);
+    store_partial<Arch>(y + i, acc, end - i);
+    prev = cur, cur = next;
+  }
+}
+
+// The pool_rows_regs instance for this geometry, or null where it does not apply.
+template <class Arch>
+using RowRegsFn = void (*)(const Geometry&, const float*, std::int64_t, float*, std::int64_t, std::int64_t,
+                           std::int64_t, const float*, std::int64_t);
 template <class Arch>
 RowRegsFn<Arch> row_regs_kernel(const Geometry& g) {
   if (g.dw != 1 || g.kh > kTaps || g.pl > 1 || (g.sw != 1 && g.sw != 2)) return nullptr;
   const int key = static_cast<int>(g.kw * 100 + g.sw * 10 + g.pl);
   switch (key) {
-    case 210: return pool_row_regs<Arch, 2, 1, 0>;
-    case 211: return pool_row_regs<Arch, 2, 1, 1>;
-    case 310: return pool_row_regs<Arch, 3, 1, 0>;
-    case 311: return pool_row_regs<Arch, 3, 1, 1>;
-    case 220: return pool_row_regs<Arch, 2, 2, 0>;
-    case 221: return pool_row_regs<Arch, 2, 2, 1>;
-    case 320: return pool_row_regs<Arch, 3, 2, 0>;
-    case 321: return pool_row_regs<Arch, 3, 2, 1>;
+    case 210: return pool_rows_regs<Arch, 2, 1, 0>;
+    case 211: return pool_rows_regs<Arch, 2, 1, 1>;
+    case 310: return pool_rows_regs<Arch, 3, 1, 0>;
+    case 311: return pool_rows_regs<Arch, 3, 1, 1>;
+    case 220: return pool_rows_regs<Arch, 2, 2, 0>;
+    case 221: return pool_rows_regs<Arch, 2, 2, 1>;
+    case 320: return pool_rows_regs<Arch, 3, 2, 0>;
+    case 321: return pool_rows_regs<Arch, 3, 2, 1>;
     default: return nullptr;
   }
 }
 
 // NCHW (unit W stride): one output row of one plane, separable. x is the (H, W) plane with row
-// step xh; y the (Q) output row; scratch this thread's RowScratch; cnt each output column's
-// divisor factor (avgpool).
+// step xh; y the (Q) output row; scratch this thread's RowScratch; inv the InvTable (avgpool).
 template <class Arch>
 void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int64_t xh, float* y, std::int64_t oh,
-              float* scratch, const float* cnt) {
+              float* scratch, const float* inv) {
   using B = fbatch<Arch>;
   constexpr std::int64_t W = B::size;
   const float id = g.is_max ? -kInf : 0.f;
@@ -311,8 +408,7 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
   }
   // Horizontal: y[q] = reduction over jj of buf[q * sw + jj * dw], which is phase (jj * dw) % sw
   // at q + (jj * dw) / sw: the tap pointers are stepped without a division, kTaps per sweep.
-  const float rcount = row_divisor(g, oh, rows);
-  const B vr(rcount);
+  const float* rinv = g.is_max ? nullptr : inv + row_divisor(g, oh, rows) * InvTable(g).stride;
   const float* tp[kTaps];
   std::int64_t phase = 0, off = 0;  // of the next tap
   for (std::int64_t j0 = 0; j0 < g.kw; j0 += kTaps) {
@@ -326,10 +422,7 @@ void pool_row(const Geometry& g, const RowScratch& rs, const float* x, std::int6
       const std::int64_t n = g.Q - q;  // the last vector may be partial: lanes past Q are dropped
       B acc = first ? B::load_unaligned(tp[0] + q) : load_partial<Arch>(y + q, n);
       for (int t = first ? 1 : 0; t < nt; ++t) acc = comb(acc, B::load_unaligned(tp[t] + q));
-      if (!is_max && last) {
-        const B div = vr * B::load_unaligned(cnt + q);
-        acc = xsimd::select(div > B(0.f), acc / div, B(0.f));
-      }
+      if (!is_max && last) acc *= B::load_unaligned(rinv + q);
       store_partial<Arch>(y + q, acc, n);
     }
   }
@@ -349,10 +442,17 @@ Status Pool2d::prepare(Arch, const OpDesc& desc, const Context& ctx, const Tenso
   auto s = std::make_shared<Scratch>();
   s->threads = ctx.threads > 0 ? ctx.threads : 1;
   s->per_thread = static_cast<std::size_t>(RowScratch(g).floats());
-  const std::size_t bytes = s->per_thread * sizeof(float) * static_cast<std::size_t>(s->threads);
-  s->data = static_cast<float*>(std::aligned_alloc(64, bytes));
+  // The threads' row buffers, then (at of(threads)) the shared InvTable of an average pool and
+  // the FlatTables of a 3x3/1 same window.
+  const InvTable it(g);
+  const FlatTables ft(g);
+  const std::size_t floats =
+      s->per_thread * static_cast<std::size_t>(s->threads) + static_cast<std::size_t>(it.floats(g) + ft.floats());
+  s->data = static_cast<float*>(std::aligned_alloc(64, floats * sizeof(float)));
   if (!s->data) return {StatusCode::out_of_memory, "pool2d: cannot allocate the row buffers"};
-  std::memset(s->data, 0, bytes);  // the slack lanes compute on zeros, never on garbage
+  std::memset(s->data, 0, floats * sizeof(float));  // the slack lanes compute on zeros, never on garbage
+  if (!g.is_max) it.fill(g, s->of(s->threads));
+  if (ft.len > 0) ft.fill(g, it, s->of(s->threads), s->of(s->threads) + it.floats(g));
   state = std::move(s);
   return Status::ok();
 }
@@ -370,38 +470,45 @@ void Pool2d::operator()(Arch, const KernelArgs& args) const {
   float* yp = yt.mutable_data();
   const auto* scratch = static_cast<const Scratch*>(args.state);
   const int threads = args.threads < scratch->threads ? args.threads : scratch->threads;
+  const InvTable it(g);
+  const float* inv = scratch->of(scratch->threads);  // average pools only
 
   if (xs[3] == 1) {
     // Rows along W are contiguous (NCHW, or NHWC with C == 1): separable row kernel.
     assert(ys[3] == 1);
     const RowScratch rs(g);
     const RowRegsFn<Arch> regs = row_regs_kernel<Arch>(g);
+    const FlatTables ft(g);
+    if (ft.len > 0 && xs[2] == g.W && ys[2] == g.Q && g.N * g.C >= threads) {
+      // Whole planes: rows 0 and H - 1 by the row kernel, the rows between as one flat run.
+      const float* t = inv + it.floats(g);
+      parallel_for(g.N * g.C, threads, 1, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t nc = b; nc < e; ++nc) {
+          const std::int64_t n = nc / g.C, c = nc % g.C;
+          const float* plane = xp + n * xs[0] + c * xs[1];
+          float* yplane = yp + n * ys[0] + c * ys[1];
+          regs(g, plane, xs[2], yplane, ys[2], 0, 1, inv, it.stride);
+          pool_plane_flat3<Arch>(g, plane, yplane, t, ft.len);
+          regs(g, plane, xs[2], yplane + (g.P - 1) * ys[2], ys[2], g.P - 1, g.P, inv, it.stride);
+        }
+      });
+      return;
+    }
     parallel_tid(g.N * g.C * g.P, threads, 4, [&](int tid, std::int64_t b, std::int64_t e) {
       float* mine = scratch->of(tid);
-      float* cnt = mine + rs.cols + rs.phases;
-      for (std::int64_t q = 0; q < g.Q; ++q)  // each output column's share of the divisor
-        cnt[q] = static_cast<float>(g.incpad ? count_inside(q, g.sw, g.pl, g.kw, 1, -g.pl, g.W + g.pr)
-                                             : count_inside(q, g.sw, g.pl, g.kw, 1, 0, g.W));
-      // Rows b .. e - 1 of the (n, c, oh) space, the indices stepped (no division per row).
-      std::int64_t oh = b % g.P, c = b / g.P % g.C, n = b / g.P / g.C;
-      for (std::int64_t r = b; r < e; ++r) {
+      // Rows b .. e - 1 of the (n, c, oh) space, one plane's share at a time.
+      for (std::int64_t r = b; r < e;) {
+        const std::int64_t oh0 = r % g.P, nc = r / g.P, c = nc % g.C, n = nc / g.C;
+        const std::int64_t oh1 = e - r < g.P - oh0 ? oh0 + (e - r) : g.P;
         const float* plane = xp + n * xs[0] + c * xs[1];
-        float* yrow = yp + n * ys[0] + c * ys[1] + oh * ys[2];
+        float* yrow = yp + n * ys[0] + c * ys[1] + oh0 * ys[2];
         if (regs) {
-          const float* rp[kTaps];
-          int nr = 0;
-          for (std::int64_t i = 0; i < g.kh; ++i) {
-            const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
-            if (ih >= 0 && ih < g.H) rp[nr++] = plane + ih * xs[2];
-          }
-          regs(g, rp, nr, yrow, row_divisor(g, oh, nr), cnt);
+          regs(g, plane, xs[2], yrow, ys[2], oh0, oh1, inv, it.stride);
         } else {
-          pool_row<Arch>(g, rs, plane, xs[2], yrow, oh, mine, cnt);
+          for (std::int64_t oh = oh0; oh < oh1; ++oh, yrow += ys[2])
+            pool_row<Arch>(g, rs, plane, xs[2], yrow, oh, mine, inv);
         }
-        if (++oh == g.P) {
-          oh = 0;
-          if (++c == g.C) c = 0, ++n;
-        }
+        r += oh1 - oh0;
       }
     });
     return;
@@ -415,14 +522,9 @@ void Pool2d::operator()(Arch, const KernelArgs& args) const {
       const std::int64_t ih0 = oh * g.sh - g.pt, iw0 = ow * g.sw - g.pl;
       const float* xn = xp + n * xs[0];
       float* yo = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
-      // Window positions inside the input (rows x cols) and inside the padded input.
-      const std::int64_t rows = count_inside(oh, g.sh, g.pt, g.kh, g.dh, 0, g.H);
-      const std::int64_t cols = count_inside(ow, g.sw, g.pl, g.kw, g.dw, 0, g.W);
-      std::int64_t divisor = rows * cols;
-      if (g.incpad)
-        divisor = count_inside(oh, g.sh, g.pt, g.kh, 1, -g.pt, g.H + g.pb) *
-                  count_inside(ow, g.sw, g.pl, g.kw, 1, -g.pl, g.W + g.pr);
-      const float fdiv = static_cast<float>(divisor);
+      // An average's reciprocal divisor, from the InvTable's row for this window's rows.
+      const float scale =
+          g.is_max ? 0.f : inv[row_divisor(g, oh, count_inside(oh, g.sh, g.pt, g.kh, 1, 0, g.H)) * it.stride + ow];
       auto window = [&](auto acc, auto load, auto combine) {
         for (std::int64_t i = 0; i < g.kh; ++i) {
           const std::int64_t ih = ih0 + i * g.dh;
@@ -443,8 +545,7 @@ void Pool2d::operator()(Arch, const KernelArgs& args) const {
         if (g.is_max) {
           r = window(B(-kInf), ld, max_nan<Arch>);
         } else {
-          const B s = window(B(0.f), ld, [](B a, B v) { return a + v; });
-          r = divisor > 0 ? s / B(fdiv) : B(0.f);
+          r = window(B(0.f), ld, [](B a, B v) { return a + v; }) * B(scale);
         }
         store_partial<Arch>(yo + c, r, n);
       }

@@ -623,6 +623,14 @@ void pool_cases(Cases& c) {
   c.add(pool(op, {1, 2, 7, 50}, {3, 3, 2, 2}));
   c.add(pool(op, {1, 2, 7, 50}, {3, 3, 2, 2, {0, 1, 1, 0}, 1, 1, true}));
   c.add(pool(op, {1, 2, 7, 51}, {2, 2, 2, 2, {}, 1, 1, true}));
+  // The 3x3/1 same window's flat run over a plane's interior rows: widths below, at and above
+  // a vector (the row-boundary tables at every lane phase), one interior row (H 3), and NaN or
+  // inf beside a row's ends, which must not reach the next row's windows.
+  c.add(pool(op, {2, 3, 3, 2}, {3, 3, 1, 1, p1}), kNan);
+  c.add(pool(op, {1, 4, 9, 5}, {3, 3, 1, 1, p1}), kNan);
+  c.add(pool(op, {2, 3, 7, 16}, {3, 3, 1, 1, p1}), kInf);
+  c.add(pool(op, {1, 3, 6, 23}, {3, 3, 1, 1, p1, 1, 1, false, true}));
+  c.add(pool(op, {1, 2, 28, 28}, {3, 3, 1, 1, p1}), kNan);
   if (avg) {
     c.add(pool(op, {1, 16, 12, 12}, {3, 3, 1, 1, p1, 1, 1, false, true}));
     c.add(pool(op, {1, 2, 6, 35}, {3, 3, 1, 1, {1, 1, 0, 1}, 1, 1, false, true}));
