@@ -171,6 +171,11 @@ std::vector<OpDesc> bench_cases() {
   c.push_back(conv(1, 1024, 14, 14, 256, 1, 1, 0, 1, {bn, relu}));
   // MobileNetV2: the 3x3/2 stem, a stride-2 depthwise layer, and the final 1x1 to 1280.
   c.push_back(conv(1, 3, 224, 224, 32, 3, 2, 1, 1, {bn, relu6}));
+  {  // the stem as MobileNetV2 runs it: the layout planner converts the network input to NHWC
+    OpDesc d = conv(1, 3, 224, 224, 32, 3, 2, 1, 1, {bn, relu6});
+    d.inputs[0].layout = Layout::nhwc;
+    c.push_back(std::move(d));
+  }
   c.push_back(conv(1, 144, 56, 56, 144, 3, 2, 1, 144, {bn, relu6}));
   c.push_back(conv(1, 320, 7, 7, 1280, 1, 1, 0, 1, {bn, relu6}));
 

@@ -34,7 +34,7 @@
 //   1x1 320 -> 1280 @7: 49 pixels, so the GEMM's second 32-column panel holds 17 columns: one
 //   vector and one single column (simd/gemm_kernel.hpp's kColumnTiles).
 //   3x3 512 -> 512 @7: the figures include packing the weights on every call.
-//   The 3-channel stems run the nchw_smallc kernels (fused/conv_dw.cpp) since e2ab59e; this
+//   The 3-channel stems run the smallc kernels (fused/conv_dw.cpp) since e2ab59e; this
 //   file's direct kernel had been slower than them on both stems (snapshot of ba8b496).
 #include <algorithm>
 #include <array>

@@ -11,7 +11,7 @@
 // After folding, MobileNet's dw + BN + ReLU6 is one activation, run with its kind fixed for the
 // call. Measured on 3x3 144 @56 +bn+relu6 (NCHW stride 1 and 2, NHWC), simd / fused / oneDNN:
 // reports/REPORT.md (conv2d), or run `opfuse-bench --op conv2d`.
-// Few input channels, NCHW (ConvSmallC, below): simd's smallc kernel on BN-folded weights with
+// Few input channels, NCHW or NHWC (ConvSmallC, below): simd's smallc kernel on BN-folded weights with
 // the chain on its 8-channel x 1-3-vector tile (a lone activation with its kind fixed, as for
 // depthwise). On MobileNet's 3x3/2 3->32 @224 +bn+relu6 stem it beat both simd's smallc kernel
 // and the fused NHWC direct kernel it replaces, by a wide margin over the latter (3 A/B pairs on
@@ -197,11 +197,14 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
 
 OPFUSE_SIMD_INSTANTIATE_PREPARED(ConvDepthwise);
 
-// ---- few input channels, NCHW ----------------------------------------------------------------
+// ---- few input channels ----------------------------------------------------------------------
 // simd's smallc kernel (simd/conv_kernel.hpp: phase-split input planes, 8 output channels x 1-3
 // vectors of an output row) on weights with the leading batchnorms folded in, the rest of the
 // chain on the accumulators before the only store of y (channels as rows: apply_rows over the
-// tile's 8 channels per vector, each step's kind resolved once).
+// tile's 8 channels per vector, each step's kind resolved once). NHWC x and y (the layout
+// planner's stems, whose input is converted before them): the same planes, filled from rows
+// split by channel, under simd's channels-in-lanes tile (smallc_nhwc_run), for chains of folded
+// batchnorms and at most one activation (conv_smallc_supports).
 
 inline namespace OPFUSE_SIMD_NS {
 namespace {
@@ -239,10 +242,26 @@ struct SmallcState {
 }  // namespace
 }  // namespace OPFUSE_SIMD_NS
 
+namespace {
+// Packed output channels: NCHW's blocks of kSmallKC, or NHWC's K rounded up to the vector width.
+template <class Arch>
+i64 smallc_packed_k(const ConvGeom& g) {
+  return g.x_nhwc ? simd::smallc_nhwc_kpad(g, fbatch<Arch>::size) : simd::smallc_kpad(g);
+}
+// Folded BN scales and bias, then the packs of smallc_pack or smallc_pack_nhwc.
+template <class Arch>
+void smallc_fold_pack(const ConvGeom& g, const float* w, const float* sc, const float* bi, float* wpk, float* bpk) {
+  if (g.x_nhwc)
+    simd::smallc_pack_nhwc(g, smallc_packed_k<Arch>(g), w, sc, bi, wpk, bpk);
+  else
+    simd::smallc_pack(g, w, sc, bi, wpk, bpk);
+}
+}  // namespace
+
 template <class Arch>
 std::size_t ConvSmallC::workspace(Arch, const OpDesc& desc) {
   const ConvGeom g = conv_geom(desc);
-  const i64 kp = simd::smallc_kpad(g);
+  const i64 kp = smallc_packed_k<Arch>(g);
   return static_cast<std::size_t>(16 + 2 * gemm_round_up(g.K, 16) + gemm_round_up(kp * g.C * g.R * g.S, 16) +
                                   gemm_round_up(kp, 16) + epilogue_ws(desc.p<Conv2dParams>(), g.K));
 }
@@ -254,12 +273,12 @@ Status ConvSmallC::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
   const ConvGeom g = conv_geom(desc);
   simd::smallc_prepare<Arch>(g, ctx.threads, &st->dw);
   if (fold_bound(desc, constants)) {
-    const i64 kp = simd::smallc_kpad(g);
+    const i64 kp = smallc_packed_k<Arch>(g);
     std::vector<float> sc(static_cast<std::size_t>(g.K)), bi(static_cast<std::size_t>(g.K));
     fold_scales(desc, g.K, constants, sc.data(), bi.data());
     st->wpk = alloc_floats(static_cast<std::size_t>(kp * g.C * g.R * g.S));
     st->bpk = alloc_floats(static_cast<std::size_t>(kp));
-    simd::smallc_pack(g, constants[1]->data(), sc.data(), bi.data(), st->wpk.get(), st->bpk.get());
+    smallc_fold_pack<Arch>(g, constants[1]->data(), sc.data(), bi.data(), st->wpk.get(), st->bpk.get());
     st->folded = true;
   }
   st->mults = bound_mults(desc, constants);
@@ -272,7 +291,7 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
   const OpDesc& d = *args.desc;
   auto* st = static_cast<SmallcState*>(args.state);
   const ConvGeom g = conv_geom(d);
-  const i64 kp = simd::smallc_kpad(g);
+  const i64 kp = smallc_packed_k<Arch>(g);
   Carver cv{simd::align64(args.workspace)};
   float* wss = cv.take(g.K);
   float* wsb = cv.take(g.K);
@@ -283,11 +302,24 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
   const float* bpk = st->bpk.get();
   if (!st->folded) {
     fold_scales(d, g.K, args.in, wss, wsb);
-    simd::smallc_pack(g, args.in[1]->data(), wss, wsb, wsw, wsp);
+    smallc_fold_pack<Arch>(g, args.in[1]->data(), wss, wsb, wsw, wsp);
     wpk = wsw;
     bpk = wsp;
   }
   const ChainEpilogue epi = make_epilogue(d, g, args.in, &st->mults, wse, ConvView::channel_rows);
+  if (g.x_nhwc) {  // folded batchnorms and at most one activation (conv_smallc_supports)
+    const auto run = [&](const auto& map) {
+      simd::smallc_nhwc_run<Arch>(g, &st->dw, args.in[0]->data(), wpk, bpk, args.out[0]->mutable_data(), args.threads,
+                                  map);
+    };
+    if (epi.n == 0) {
+      run(simd::NoMap{});
+    } else {
+      const Activation act = epi.steps[0].act;
+      simd::with_act_kind(act.kind, [&](auto kind) { run(DwActEpi<Arch, decltype(kind)::value>{act}); });
+    }
+    return;
+  }
   i64 image_stride[kEpiMaxSteps] = {};
   epilogue_image_strides(d, epi, image_stride);
   const i64 K = g.K;

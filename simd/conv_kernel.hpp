@@ -428,6 +428,8 @@ struct DwState {
   AlignedFloats planes;  // one phase-split padded plane per thread (NCHW)
   i64 plane_floats = 0;
   int slots = 1;
+  AlignedFloats rows;  // small-C with NHWC x and y: per thread, SmallcRows
+  i64 row_floats = 0;
 };
 
 struct DwPlane {
@@ -756,11 +758,28 @@ inline constexpr int kSmallKC = 8;  // output channels per register tile (x NV <
 // Output channels rounded up to whole tiles: the packed weights' and biases' channel count.
 inline i64 smallc_kpad(const ConvGeom& g) { return round_up(g.K, kSmallKC); }
 
-// Prepare: the taps' offsets (dw_prepare_planes) and C zeroed planes per thread.
+// NHWC x: the input row being split by channel (C rows of Wr floats, which the phase split
+// then copies like an NCHW row), per thread.
+struct SmallcRows {
+  i64 Wr, total;
+};
+inline SmallcRows smallc_rows(const ConvGeom& g) {
+  SmallcRows r{};
+  r.Wr = round_up(g.W, 16);
+  r.total = g.C * r.Wr;
+  return r;
+}
+
+// Prepare: the taps' offsets (dw_prepare_planes) and C zeroed planes per thread, and for NHWC
+// the SmallcRows.
 template <class Arch>
 void smallc_prepare(const ConvGeom& g, int threads, DwState* st) {
   dw_prepare_planes<Arch>(g, threads, st, g.C);
   std::memset(st->planes.data, 0, static_cast<std::size_t>(st->slots * g.C * st->plane_floats) * sizeof(float));
+  if (g.x_nhwc) {
+    st->row_floats = smallc_rows(g).total;
+    st->rows.resize(static_cast<std::size_t>(st->slots * st->row_floats));
+  }
 }
 
 // Weights (K, C, R, S) times sc[k] (null: 1) into blocks of KC output channels, [block][c][r][s]
@@ -857,6 +876,55 @@ inline void smallc_row(const float* in_row, i64 plane_floats, i64 C, const i64* 
   }
 }
 
+// Input rows [h0, h1) of image n into the C phase-split planes of this thread: from NCHW
+// planes, or from NHWC rows split by channel first (xrow: SmallcRows).
+template <class Arch>
+inline void smallc_fill(const ConvGeom& g, const DwPlane& pl, const float* x, i64 n, i64 h0, i64 h1, float* planes,
+                        i64 pf, float* xrow) {
+  const i64 C = g.C;
+  if (!g.x_nhwc) {
+    for (i64 c = 0; c < C; ++c) dw_fill_rows<Arch>(g, pl, x + (n * C + c) * g.H * g.W, planes + c * pf, h0, h1);
+    return;
+  }
+  const i64 Wr = smallc_rows(g).Wr;
+  for (i64 h = h0; h < h1; ++h) {
+    transpose_2d<Arch>(x + (n * g.H + h) * g.W * C, C, xrow, Wr, g.W, C);
+    for (i64 c = 0; c < C; ++c) dw_fill_row<Arch>(g, pl, xrow + c * Wr, planes + c * pf, h);
+  }
+}
+
+// The output rows of all images (row index n * P + p) split over the threads; each thread
+// fills its planes with the input rows output row p reads, just before row(n, p, planes, last,
+// mark) runs it, so the rows it reads are in L1 (filling a whole share first left the ~700 KB
+// of planes of a 224 x 224 stem in L2 for the tiles' loads). last: the thread's last row of
+// image n; mark: the thread's own i64, -1 at the first row of each image it takes.
+template <class Arch, class Row>
+void smallc_rows_run(const ConvGeom& g, const DwState* st, const float* x, int threads, const Row& row) {
+  const DwPlane pl = dw_plane<Arch>(g);
+  const i64 pf = st->plane_floats, P = g.P;
+  const auto work = [&](i64 b, i64 e, float* planes, float* xrow) {
+    i64 filled_n = -1, filled_hi = 0;  // the planes hold image filled_n's rows [.., filled_hi)
+    i64 mark = -1;
+    for (i64 r = b; r < e; ++r) {
+      const i64 n = r / P, p = r % P;
+      if (n != filled_n) mark = -1;
+      // The input rows output row p reads, inside the image; a thread's rows come in order.
+      const i64 h0 = std::max<i64>(0, p * g.sh - g.pt);
+      const i64 h1 = std::min(g.H, p * g.sh - g.pt + (g.R - 1) * g.dh + 1);
+      const i64 from = filled_n == n ? std::max(h0, filled_hi) : h0;
+      if (from < h1) {
+        smallc_fill<Arch>(g, pl, x, n, from, h1, planes, pf, xrow);
+        filled_n = n, filled_hi = h1;
+      }
+      row(n, p, planes, r + 1 == e || p + 1 == P, mark);
+    }
+  };
+  const int t = std::min(team_size(threads), st->slots);
+  parallel_tid(g.N * P, t, 1, [&](int id, i64 b, i64 e) {
+    work(b, e, st->planes.data + id * g.C * pf, g.x_nhwc ? st->rows.data + id * st->row_floats : nullptr);
+  });
+}
+
 // The small-C convolution of NCHW x into NCHW y, output rows of all images split over the
 // threads. wpk / bpk from smallc_pack. epi_of(n, k0) returns the map of image n's tiles at
 // output channel k0 (see smallc_tile); rows_done(n, p0, p1) runs once output rows [p0, p1) of
@@ -866,33 +934,135 @@ template <class Arch, class EpiOf, class RowsDone>
 void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const float* wpk, const float* bpk, float* y,
                 int threads, EpiOf epi_of, RowsDone rows_done) {
   const DwPlane pl = dw_plane<Arch>(g);
-  const i64 C = g.C, K = g.K, P = g.P, Q = g.Q, PQ = g.P * g.Q, HW = g.H * g.W, taps = g.R * g.S;
+  const i64 C = g.C, K = g.K, Q = g.Q, PQ = g.P * g.Q, taps = g.R * g.S;
   const i64 pf = st->plane_floats;
   const i64* toff = st->tap_offset.data();
   const i64 crows = std::max<i64>(1, 16384 / (Q * K));
-  const auto work = [&](i64 b, i64 e, float* planes) {
-    while (b < e) {
-      const i64 n = b / P, p0 = b % P, p1 = std::min(P, p0 + (e - b));
-      // The input rows output rows [p0, p1) read, inside the image.
-      const i64 h0 = std::max<i64>(0, p0 * g.sh - g.pt);
-      const i64 h1 = std::min(g.H, (p1 - 1) * g.sh - g.pt + (g.R - 1) * g.dh + 1);
-      for (i64 c = 0; c < C; ++c) dw_fill_rows<Arch>(g, pl, x + (n * C + c) * HW, planes + c * pf, h0, h1);
-      float* yn = y + n * K * PQ;
-      i64 pd = p0;  // the first row not yet passed to rows_done
-      for (i64 p = p0; p < p1; ++p) {
-        const float* in_row = planes + p * g.sh * pl.rows_stride;
-        smallc_row<Arch>(in_row, pf, C, toff, taps, wpk, bpk, K, yn + p * Q, PQ, Q, p * Q,
-                         [&](i64 k0) { return epi_of(n, k0); });
-        if (p + 1 - pd == crows || p + 1 == p1) {
-          rows_done(n, pd, p + 1);
-          pd = p + 1;
-        }
-      }
-      b += p1 - p0;
+  // pd (the thread's mark): the first row of image n not yet passed to rows_done.
+  smallc_rows_run<Arch>(g, st, x, threads, [&](i64 n, i64 p, const float* planes, bool last, i64& pd) {
+    if (pd < 0) pd = p;
+    const float* in_row = planes + p * g.sh * pl.rows_stride;
+    smallc_row<Arch>(in_row, pf, C, toff, taps, wpk, bpk, K, y + n * K * PQ + p * Q, PQ, Q, p * Q,
+                     [&](i64 k0) { return epi_of(n, k0); });
+    if (p + 1 - pd == crows || last) {
+      rows_done(n, pd, p + 1);
+      pd = p + 1;
     }
-  };
-  const int t = std::min(team_size(threads), st->slots);
-  parallel_tid(g.N * P, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * C * pf); });
+  });
+}
+
+// ---- few input channels, NHWC ------------------------------------------------------------------
+// The same phase-split planes, but y channels-last: a tile of MR output pixels x NV vectors of
+// output channels (channels in lanes, as the NHWC direct kernel), each tap's NV weight vectors
+// shared by the MR pixels, each pixel's x broadcast from its plane, so y is stored as it lies
+// with no transpose. MR x NV fills the accumulator registers (AVX-512 24: 12 x 2 for the 32
+// channels of MobileNet's stem; the direct kernel's 6 x 2 left half of them idle, and its
+// per-channel loop over 3 channels ran a loop exit per 12 FMAs). Computing the output row into
+// channel rows and transposing it into y (the NCHW tile above) spent a quarter of the call in
+// transposes.
+// Weights packed [c][r][s][Kp] (Kp: K rounded up to the vector width, zeros past K), bias [Kp].
+inline i64 smallc_nhwc_kpad(const ConvGeom& g, i64 width) { return round_up(g.K, width); }
+inline void smallc_pack_nhwc(const ConvGeom& g, i64 Kp, const float* w, const float* sc, const float* bias, float* wpk,
+                             float* bpk) {
+  const i64 taps = g.R * g.S;
+  for (i64 c = 0; c < g.C; ++c)
+    for (i64 t = 0; t < taps; ++t)
+      for (i64 k = 0; k < Kp; ++k)
+        wpk[(c * taps + t) * Kp + k] =
+            k < g.K ? w[k * g.ws[0] + c * g.ws[1] + (t / g.S) * g.ws[2] + (t % g.S) * g.ws[3]] * (sc ? sc[k] : 1.f)
+                    : 0.f;
+  for (i64 k = 0; k < Kp; ++k) bpk[k] = 0.f;  // two loops: see smallc_pack
+  if (bias)
+    for (i64 k = 0; k < g.K; ++k) bpk[k] = bias[k];
+}
+
+// Accumulator registers of the NHWC tile (MR = kSmallNhwcAcc / NV): 24 of AVX-512's 32, 12 of
+// AVX2's 16, 8 of SSE2's 16 (no FMA there: each product needs a register too).
+template <class Arch>
+inline constexpr int kSmallNhwcAcc = isa_of<Arch>() == Isa::avx512 ? 24
+                                     : isa_of<Arch>() == Isa::avx2 ? 12
+                                                                   : 8;
+
+// One NHWC tile: output pixels q0 .. q0 + MR - 1 of the plane row `in` (the first m stored, the
+// others computed on the planes' slack columns), channels k0 .. k0 + NV W - 1 (those below K
+// stored) at y (pixel q0's channel 0; pixels K floats apart).
+template <class Arch, int MR, int NV, class Epi>
+[[gnu::noinline]] void smallc_nhwc_tile(const float* in, i64 pf, i64 C, const i64* toff, i64 taps, const float* w,
+                                        i64 Kp, const float* bias, float* y, i64 K, i64 k0, i64 m, const Epi& epi) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  B acc[MR][NV];
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
+    const B b = B::load_unaligned(bias + k0 + v * Wd);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) acc[i][v] = b;
+  }
+  for (i64 c = 0; c < C; ++c) {
+    const float* xc = in + c * pf;
+    const float* wc = w + c * taps * Kp + k0;
+    for (i64 t = 0; t < taps; ++t) {
+      const float* xt = xc + toff[t];
+      B wv[NV];
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) wv[v] = B::load_unaligned(wc + t * Kp + v * Wd);
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) {
+        const B xb(xt[i]);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(xb, wv[v], acc[i][v]);
+      }
+    }
+  }
+  epi(acc, 0, 0);
+  const i64 kv = K - k0;  // channels of this block that exist
+  for (i64 i = 0; i < m; ++i) {
+    float* o = y + i * K + k0;
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      if ((v + 1) * Wd <= kv)
+        acc[i][v].store_unaligned(o + v * Wd);
+      else if (v * Wd < kv)
+        store_partial<Arch>(o + v * Wd, acc[i][v], kv - v * Wd);
+    }
+  }
+}
+
+// The small-C convolution of NHWC x into NHWC y. wpk / bpk from smallc_pack_nhwc; epi maps
+// every tile's accumulators (elementwise: the fused stage's lone activation).
+template <class Arch, class Epi>
+void smallc_nhwc_run(const ConvGeom& g, const DwState* st, const float* x, const float* wpk, const float* bpk, float* y,
+                     int threads, const Epi& epi) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+  constexpr int ACC = kSmallNhwcAcc<Arch>;
+  const DwPlane pl = dw_plane<Arch>(g);
+  const i64 K = g.K, Q = g.Q, Kp = smallc_nhwc_kpad(g, Wd), nvec = Kp / Wd, taps = g.R * g.S;
+  const i64 pf = st->plane_floats;
+  const i64* toff = st->tap_offset.data();
+  smallc_rows_run<Arch>(g, st, x, threads, [&](i64 n, i64 p, const float* planes, bool, i64&) {
+    const float* in_row = planes + p * g.sh * pl.rows_stride;
+    float* yrow = y + (n * g.P + p) * Q * K;
+    for (i64 k0 = 0; k0 < Kp; k0 += 4 * Wd) {
+      const auto block = [&](auto nv) {
+        constexpr int NV = decltype(nv)::value, MR = ACC / NV;
+        for (i64 q0 = 0; q0 < Q; q0 += MR) {
+          // The tile's y lines towards L2 before its FMAs, as the direct kernel does
+          // (prefetch_tile_outputs): in a model y is a cold arena buffer, and stalled stores
+          // took the tile's gain over the direct kernel back.
+          const i64 m = std::min<i64>(MR, Q - q0);
+          if (k0 == 0)
+            for (i64 o = 0; o < m * K; o += 16) prefetch_line<2>(yrow + q0 * K + o);
+          smallc_nhwc_tile<Arch, MR, NV>(in_row + q0, pf, g.C, toff, taps, wpk, Kp, bpk, yrow + q0 * K, K, k0, m, epi);
+        }
+      };
+      switch (std::min<i64>(4, nvec - k0 / Wd)) {
+        case 1: block(std::integral_constant<int, 1>{}); break;
+        case 2: block(std::integral_constant<int, 2>{}); break;
+        case 3: block(std::integral_constant<int, 3>{}); break;
+        default: block(std::integral_constant<int, 4>{}); break;
+      }
+    }
+  });
 }
 
 // ---- depthwise, NHWC -----------------------------------------------------------------------------

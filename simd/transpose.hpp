@@ -169,11 +169,65 @@ inline void interleave3(fbatch<Arch> a, fbatch<Arch> b, fbatch<Arch> c, float* d
   static_assert(W > 4, "interleave3: AVX2 or AVX-512");
 }
 
+// The inverse of interleave3: a, b, c = floats 3 j, 3 j + 1, 3 j + 2 of s[0 .. 3 W) (NHWC
+// pixels of three channels into the channels' rows). AVX-512: two two-source permutes per
+// output vector; AVX2: each input vector permuted per output, then two blends.
+template <class Arch>
+inline void deinterleave3(const float* s, fbatch<Arch>& a, fbatch<Arch>& b, fbatch<Arch>& c) {
+  constexpr int W = static_cast<int>(fbatch<Arch>::size);
+  fbatch<Arch>* out[3] = {&a, &b, &c};
+#ifdef __AVX512F__
+  if constexpr (W == 16) {
+    // Output r lane j takes element e = 3 j + r of the 48: first from the first two vectors
+    // (e < 32; other lanes arbitrary), then the lanes with e >= 32 from the third.
+    alignas(64) static constexpr auto idx = [] {
+      std::array<std::int32_t, 96> t{};
+      for (int r = 0; r < 3; ++r)
+        for (int j = 0; j < 16; ++j) {
+          const int e = 3 * j + r;
+          t[32 * r + j] = e < 32 ? e : 0;
+          t[32 * r + 16 + j] = e < 32 ? j : 16 + (e - 32);
+        }
+      return t;
+    }();
+    const __m512 v0 = _mm512_loadu_ps(s), v1 = _mm512_loadu_ps(s + 16), v2 = _mm512_loadu_ps(s + 32);
+    for (int r = 0; r < 3; ++r) {
+      const __m512 t = _mm512_permutex2var_ps(v0, _mm512_load_si512(idx.data() + 32 * r), v1);
+      *out[r] = _mm512_permutex2var_ps(t, _mm512_load_si512(idx.data() + 32 * r + 16), v2);
+    }
+  }
+#endif
+#ifdef __AVX2__
+  if constexpr (W == 8) {
+    const __m256 v[3] = {_mm256_loadu_ps(s), _mm256_loadu_ps(s + 8), _mm256_loadu_ps(s + 16)};
+    const auto one = [&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      // Lane j: element e = 3 j + r, in input vector e / 8 at lane e % 8; blend masks by vector.
+      constexpr auto from = [](int vec) {
+        int m = 0;
+        for (int j = 0; j < 8; ++j) m |= ((3 * j + r) / 8 == vec) << j;
+        return m;
+      };
+      const __m256i idx = _mm256_setr_epi32(r % 8, (3 + r) % 8, (6 + r) % 8, (9 + r) % 8, (12 + r) % 8, (15 + r) % 8,
+                                            (18 + r) % 8, (21 + r) % 8);
+      const __m256 p0 = _mm256_permutevar8x32_ps(v[0], idx), p1 = _mm256_permutevar8x32_ps(v[1], idx),
+                   p2 = _mm256_permutevar8x32_ps(v[2], idx);
+      *out[r] = _mm256_blend_ps(_mm256_blend_ps(p0, p1, from(1)), p2, from(2));
+    };
+    one(std::integral_constant<int, 0>{});
+    one(std::integral_constant<int, 1>{});
+    one(std::integral_constant<int, 2>{});
+  }
+#endif
+  static_assert(W > 4, "deinterleave3: AVX2 or AVX-512");
+}
+
 // dst[j * ld_dst + i] = src[i * ld_src + j] for i < rows, j < cols: W x W blocks through
 // registers, the edges one float at a time. Row-block outer, so a block row of src (W rows)
 // stays in L1 while its columns are written out. Three rows into dst rows of three (an RGB
 // image's planes into NHWC pixels, the stems' input): interleave3 per W columns - as edges
-// of a W x W block they were all scalar moves.
+// of a W x W block they were all scalar moves; and back (an NHWC row split by channel, the
+// small-C stems' input): deinterleave3.
 template <class Arch>
 void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_t ld_dst, std::int64_t rows,
                   std::int64_t cols) {
@@ -187,6 +241,21 @@ void transpose_2d(const float* src, std::int64_t ld_src, float* dst, std::int64_
                           B::load_unaligned(src + 2 * ld_src + j), dst + 3 * j);
       for (; j < cols; ++j)
         for (std::int64_t r = 0; r < 3; ++r) dst[3 * j + r] = src[r * ld_src + j];
+      return;
+    }
+  if constexpr (W > 4)
+    if (cols == 3 && ld_src == 3) {
+      using B = fbatch<Arch>;
+      std::int64_t i = 0;
+      for (; i + W <= rows; i += W) {
+        B a, b, c;
+        deinterleave3<Arch>(src + 3 * i, a, b, c);
+        a.store_unaligned(dst + i);
+        b.store_unaligned(dst + ld_dst + i);
+        c.store_unaligned(dst + 2 * ld_dst + i);
+      }
+      for (; i < rows; ++i)
+        for (std::int64_t r = 0; r < 3; ++r) dst[r * ld_dst + i] = src[3 * i + r];
       return;
     }
   std::int64_t i = 0;

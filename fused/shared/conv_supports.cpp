@@ -136,7 +136,13 @@ bool conv_depthwise_supports(const OpDesc& desc) {
 // folded into its weights and the rest of the chain on its accumulators.
 bool conv_smallc_supports(const OpDesc& desc) {
   const auto& p = desc.p<Conv2dParams>();
-  if (p.groups != 1 || desc.inputs[0].layout != Layout::nchw || desc.inputs[0].shape[1] > 4) return false;
+  if (p.groups != 1 || desc.inputs[0].shape[1] > 4) return false;
+  // NHWC (channels in lanes): the leading batchnorms, folded, and at most one activation, the
+  // stems' chain; anything else runs on the direct kernel.
+  if (desc.inputs[0].layout == Layout::nhwc) {
+    const auto rest = p.post_ops.size() - static_cast<std::size_t>(conv_folded_batchnorms(p));
+    if (rest > 1 || (rest == 1 && p.post_ops.back().kind != PostOp::Kind::activation)) return false;
+  }
   return chain_ok(desc, ConvView::channel_rows);
 }
 

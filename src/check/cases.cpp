@@ -321,7 +321,7 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 24, 21, 21, 24, 3, 3, 1, 1, 1, 24}, false, bn_relu6), kUnaligned);
   c.add(conv({1, 24, 21, 21, 24, 3, 3, 1, 1, 1, 24}, false, bn_relu6), kNan);
   c.add(conv({1, 16, 70, 70, 16, 3, 3, 2, 1, 1, 16}, true, bn_relu6));
-  // Few input channels, NCHW (the nchw_smallc kernels: phase-split input planes, 8 output
+  // Few input channels, NCHW (the smallc kernels: phase-split input planes, 8 output
   // channels x 1-3 vectors of an output row): the MobileNet stem (3x3/2 + BN + ReLU6) on rows of
   // 75 outputs (a 3-vector chunk, then 2 vectors, the last partial) in two images, bound weights,
   // unaligned tensors with NaN; a residual per image; 10 and 7 output channels (a partial channel
@@ -332,6 +332,13 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({2, 2, 20, 70, 8, 3, 3, 1, 1}, true, bn_add_relu));
   c.add(conv({1, 4, 23, 47, 7, 3, 3, 3, 1}, false, {act(ActKind::silu)}));
   c.add(conv({1, 1, 30, 130, 5, 5, 5, 1, 2}, true));
+  // The same kernels on NHWC x and y (each input row split by channel, each output row
+  // transposed into y): the MobileNet stem in two images, NaN in unaligned tensors, a partial
+  // channel block at stride 3, and a residual, which the fused kernel declines in NHWC.
+  c.add(conv({2, 3, 40, 150, 10, 3, 3, 2, 1, 1, 1, kNhwc}, true, bn_relu6));
+  c.add(conv({1, 3, 40, 150, 10, 3, 3, 2, 1, 1, 1, kNhwc}, false, bn_relu6), kUnaligned | kNan);
+  c.add(conv({1, 4, 23, 47, 7, 3, 3, 3, 1, 1, 1, kNhwc}, false, {act(ActKind::silu)}));
+  c.add(conv({2, 2, 20, 70, 8, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu));
   c.add(
       conv({1, 8, 11, 67, 8, 3, 3, 1, 1, 1, 8}, true, {PostOp::batchnorm(), PostOp::batchnorm(), act(ActKind::silu)}));
   c.add(conv({2, 12, 10, 10, 12, 3, 3, 1, 1, 1, 12}, true, bn_add_relu));
