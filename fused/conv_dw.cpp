@@ -49,34 +49,8 @@ struct DwPlaneEpi {
 };
 
 // The common case, MobileNet's dw + BN + ReLU6 (and a stem's conv + BN + ReLU / ReLU6): after
-// folding, the chain is one activation, applied with its kind fixed for the whole call (the
-// general maps dispatch on every step's kind per vector or per tile column).
-// Every kernel's map form: an NCHW row chunk's accumulators in place, one NHWC vector by value,
-// and the small-C kernel's channels x vectors tile (below) in place.
-// The NHWC vector form runs relu and clip as MAXPS / MINPS (clamp_nan, the same lanes NaN
-// included) below AVX-512: fewer instructions in dw3_interior_row's loop, which measured faster
-// with them; the NCHW row chunks measured slower with them and keep activate_k's selects.
-template <class Arch, ActKind K>
-struct DwActEpi {
-  Activation act;
-  template <class B, int NV>
-  void operator()(B (&acc)[NV], i64, i64) const {
-    for (int v = 0; v < NV; ++v) acc[v] = simd::activate_k<K, Arch>(act, acc[v]);
-  }
-  template <class B, int KC, int NV>
-  void operator()(B (&acc)[KC][NV], i64 pix, i64 valid) const {
-    for (int u = 0; u < KC; ++u) (*this)(acc[u], pix, valid);
-  }
-  fbatch<Arch> operator()(fbatch<Arch> acc, i64, i64, i64) const {
-    using B = fbatch<Arch>;
-    if constexpr (K == ActKind::clip && simd::isa_of<Arch>() != Isa::avx512)
-      return simd::clamp_nan<Arch>(acc, B(act.alpha), B(act.beta));  // alpha <= beta: validated
-    else if constexpr (K == ActKind::relu && simd::isa_of<Arch>() != Isa::avx512)
-      return simd::vmax<Arch>(B(0.f), acc);
-    else
-      return simd::activate_k<K, Arch>(act, acc);
-  }
-};
+// folding, the chain is one activation, applied with its kind fixed for the whole call by
+// simd::ActMap (simd/activation.hpp), in each kernel's map form.
 
 // NHWC: w (C, 1, R, S) scaled by the folded batchnorms into [R][S][C], one vector of channels
 // per tap.
@@ -166,7 +140,7 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
     };
     if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
       const Activation act = epi.steps[0].act;
-      simd::with_act_kind(act.kind, [&](auto kind) { run(DwActEpi<Arch, decltype(kind)::value>{act}); });
+      simd::with_act_kind(act.kind, [&](auto kind) { run(simd::ActMap<Arch, decltype(kind)::value>{act}); });
     } else {
       run(DwNhwcEpi<Arch>{&epi});
     }
@@ -189,7 +163,7 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
   if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
     const Activation act = epi.steps[0].act;
     simd::with_act_kind(
-        act.kind, [&](auto kind) { run([act](i64, i64) { return DwActEpi<Arch, decltype(kind)::value>{act}; }); });
+        act.kind, [&](auto kind) { run([act](i64, i64) { return simd::ActMap<Arch, decltype(kind)::value>{act}; }); });
   } else {
     run([&](i64 n, i64 c) { return DwPlaneEpi<Arch>{epi.for_image(image_stride, n), c}; });
   }
@@ -316,7 +290,7 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
       run(simd::NoMap{});
     } else {
       const Activation act = epi.steps[0].act;
-      simd::with_act_kind(act.kind, [&](auto kind) { run(DwActEpi<Arch, decltype(kind)::value>{act}); });
+      simd::with_act_kind(act.kind, [&](auto kind) { run(simd::ActMap<Arch, decltype(kind)::value>{act}); });
     }
     return;
   }
@@ -330,7 +304,7 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
   if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
     const Activation act = epi.steps[0].act;
     simd::with_act_kind(
-        act.kind, [&](auto kind) { run([act](i64, i64) { return DwActEpi<Arch, decltype(kind)::value>{act}; }); });
+        act.kind, [&](auto kind) { run([act](i64, i64) { return simd::ActMap<Arch, decltype(kind)::value>{act}; }); });
   } else {
     run([&](i64 n, i64 k0) { return SmallcEpi<Arch>{epi.for_image(image_stride, n), k0, K}; });
   }

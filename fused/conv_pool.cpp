@@ -451,18 +451,9 @@ void run(const KernelArgs& args, const ConvPoolGeom& g, const float* xp, const f
 // O[q] (left pad 1; E[q], O[q], E[q+1] with no pad). Columns past Q, and O[-1], hold -inf,
 // which no max ever picks over a real value, so clipped windows need no bounds.
 
-// The common chain after the folded batchnorms, one activation: its kind fixed for the call
-// (simd::activate switches per vector in an out-of-line call, around which the tile's
-// accumulators were spilled).
-template <class Arch, ActKind K>
-struct SmallcActEpi {
-  Activation act;
-  template <class B, int KT, int NV>
-  void operator()(B (&acc)[KT][NV], i64, i64) const {
-    for (int u = 0; u < KT; ++u)
-      for (int v = 0; v < NV; ++v) acc[u][v] = simd::activate_k<K, Arch>(act, acc[u][v]);
-  }
-};
+// The common chain after the folded batchnorms, one activation, runs as simd::ActMap: its kind
+// fixed for the call (simd::activate switches per vector in an out-of-line call, around which
+// the tile's accumulators were spilled).
 
 // Any other chain, on a small-C tile whose rows are output channels k0 .. k0 + KT - 1.
 template <class Arch>
@@ -676,7 +667,7 @@ void ConvPool::operator()(Arch, const KernelArgs& args) const {
       const Activation act = ep.act[0];
       simd::with_act_kind(act.kind, [&](auto kind) {
         smallc_run<Arch>(args, g, params, bias, st,
-                         [act](i64) { return SmallcActEpi<Arch, decltype(kind)::value>{act}; });
+                         [act](i64) { return simd::ActMap<Arch, decltype(kind)::value>{act}; });
       });
     } else {
       smallc_run<Arch>(args, g, params, bias, st, [&ep](i64 k0) { return SmallcEpi<Arch>{&ep, k0}; });

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <utility>
 
 #include "simd/common.hpp"
@@ -93,6 +94,35 @@ fbatch<Arch> binary_op(BinaryKind kind, fbatch<Arch> a, fbatch<Arch> b) {
   }
   return a;
 }
+
+// An activation with its kind K fixed, as a kernel's accumulator map (the fused stage's chain
+// when, after folding, it is one activation: MobileNet's dw + BN + ReLU6, a stem's conv + BN +
+// ReLU / ReLU6). Every kernel's map form: a row chunk's NV vectors in place, a tile of KC x NV
+// in place (the small-C kernels, the conv + pool stem), and one NHWC vector by value.
+// The by-value form runs relu and clip as MAXPS / MINPS (clamp_nan, the same lanes NaN
+// included) below AVX-512: fewer instructions in the NHWC depthwise row loop, which measured
+// faster with them; the NCHW row chunks measured slower with them and keep activate_k's selects.
+template <class Arch, ActKind K>
+struct ActMap {
+  Activation act;
+  template <class B, int NV>
+  void operator()(B (&acc)[NV], std::int64_t, std::int64_t) const {
+    for (int v = 0; v < NV; ++v) acc[v] = activate_k<K, Arch>(act, acc[v]);
+  }
+  template <class B, int KC, int NV>
+  void operator()(B (&acc)[KC][NV], std::int64_t pix, std::int64_t valid) const {
+    for (int u = 0; u < KC; ++u) (*this)(acc[u], pix, valid);
+  }
+  fbatch<Arch> operator()(fbatch<Arch> acc, std::int64_t, std::int64_t, std::int64_t) const {
+    using B = fbatch<Arch>;
+    if constexpr (K == ActKind::clip && isa_of<Arch>() != Isa::avx512)
+      return clamp_nan<Arch>(acc, B(act.alpha), B(act.beta));  // alpha <= beta: validated
+    else if constexpr (K == ActKind::relu && isa_of<Arch>() != Isa::avx512)
+      return vmax<Arch>(B(0.f), acc);
+    else
+      return activate_k<K, Arch>(act, acc);
+  }
+};
 
 }  // namespace OPFUSE_SIMD_NS
 }  // namespace opfuse::simd
