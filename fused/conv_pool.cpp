@@ -15,11 +15,12 @@
 //        ~100 KB (L2) and the conv output never reaches memory: y (0.8 MB) is the only store
 //        stream. Conv rows two pooled rows share are computed once (the ring keeps them); with
 //        stride > kernel the rows no window reads are never computed. Two ways to a conv row:
-//        - small-C (NCHW x with at most 4 channels, the RGB stems, and a 3-wide stride-2 pool
+//        - small-C (x with at most 4 channels, the RGB stems, and a 3-wide stride-2 pool
 //          width window; smallc_run): simd's small-C tile (pixels in lanes, from phase-split
-//          copies of x's planes) writes the row NCHW (K x Q); the pooled row is the max over
-//          the ring rows, split into even and odd columns so that every stride-2 window is
-//          three contiguous loads, stored straight into NCHW y.
+//          copies of x's planes; NHWC rows split by channel first) writes the row NCHW (K x Q);
+//          the pooled row is the max over the ring rows, split into even and odd columns so
+//          that every stride-2 window is three contiguous loads, stored straight into NCHW y
+//          (NHWC y: transposed from the L1-resident pooled row).
 //        - any other (run): a register tile of MR pixels x NV vectors of output channels
 //          (channels in lanes, like simd's nhwc_direct) over a zero-padded NHWC copy of x
 //          lands in a one-row NHWC buffer, which is max-pooled along its width straight away
@@ -478,9 +479,10 @@ struct SmallcEpi {
 };
 
 // Per-thread scratch of the small-C path: kh ring rows of K x Qr floats, E and O, and for NHWC
-// the pooled row (K x PQr, transposed into y) and one input row split by channel (C x Wr).
+// the pooled row (K x PQr, transposed into y) and one input row split by channel
+// (simd::SmallcRows).
 struct SmallcBuffers {
-  i64 Qr, ring_row, eo, PQr, Wr, total;
+  i64 Qr, ring_row, eo, PQr, total;
 };
 template <class Arch>
 SmallcBuffers smallc_layout(const ConvPoolGeom& g) {
@@ -491,8 +493,7 @@ SmallcBuffers smallc_layout(const ConvPoolGeom& g) {
   // E[0 .. L) and O[-Wd .. L): the width pass reads up to index PQ rounded up to Wd.
   l.eo = round_up(std::max(l.Qr / 2, round_up(g.PQ, Wd) + 1) + Wd, 16);
   l.PQr = round_up(g.PQ, 16);
-  l.Wr = round_up(g.W, 16);
-  l.total = g.kh * l.ring_row + 2 * l.eo + (g.x_nhwc ? g.K * l.PQr + g.C * l.Wr : 0);
+  l.total = g.kh * l.ring_row + 2 * l.eo + (g.x_nhwc ? g.K * l.PQr + simd::smallc_rows(g).total : 0);
   return l;
 }
 
@@ -560,16 +561,10 @@ void smallc_run(const KernelArgs& args, const ConvPoolGeom& g, const float* wp, 
       const i64 h0 = std::max<i64>(0, p * g.sh - g.pt);
       const i64 h1 = std::min(g.H, p * g.sh - g.pt + (g.R - 1) * g.dh + 1);
       const i64 from = filled_n == n ? std::max(h0, filled_hi) : h0;
-      for (i64 h = from; h < h1; ++h) {
-        if (g.x_nhwc) {  // the row's pixels split by channel first
-          simd::transpose_2d<Arch>(x + (n * g.H + h) * g.W * g.C, g.C, xrow, sl.Wr, g.W, g.C);
-          for (i64 c = 0; c < g.C; ++c) simd::dw_fill_row<Arch>(g, pl, xrow + c * sl.Wr, planes + c * pf, h);
-        } else {
-          for (i64 c = 0; c < g.C; ++c)
-            simd::dw_fill_row<Arch>(g, pl, x + ((n * g.C + c) * g.H + h) * g.W, planes + c * pf, h);
-        }
+      if (from < h1) {  // NHWC rows are split by channel first, into xrow
+        simd::smallc_fill<Arch>(g, pl, x, n, from, h1, planes, pf, xrow);
+        filled_n = n, filled_hi = h1;
       }
-      if (from < h1) filled_n = n, filled_hi = h1;
       // Conv row p, all K channels after the epilogue, into the ring slot (K x Qr).
       simd::smallc_row<Arch>(planes + p * g.sh * pl.rows_stride, pf, g.C, st.dw.tap_offset.data(), g.R * g.S, wp, bias,
                              g.K, slot_row, sl.Qr, g.Q, 0, epi_of);

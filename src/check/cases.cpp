@@ -332,9 +332,10 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({2, 2, 20, 70, 8, 3, 3, 1, 1}, true, bn_add_relu));
   c.add(conv({1, 4, 23, 47, 7, 3, 3, 3, 1}, false, {act(ActKind::silu)}));
   c.add(conv({1, 1, 30, 130, 5, 5, 5, 1, 2}, true));
-  // The same kernels on NHWC x and y (each input row split by channel, each output row
-  // transposed into y): the MobileNet stem in two images, NaN in unaligned tensors, a partial
-  // channel block at stride 3, and a residual, which the fused kernel declines in NHWC.
+  // The same planes on NHWC x and y (each input row split by channel, the fused kernel's
+  // channels-in-lanes tile storing y as it lies): the MobileNet stem in two images, NaN in
+  // unaligned tensors, a partial channel block at stride 3, and a residual, which the fused
+  // kernel declines in NHWC.
   c.add(conv({2, 3, 40, 150, 10, 3, 3, 2, 1, 1, 1, kNhwc}, true, bn_relu6));
   c.add(conv({1, 3, 40, 150, 10, 3, 3, 2, 1, 1, 1, kNhwc}, false, bn_relu6), kUnaligned | kNan);
   c.add(conv({1, 4, 23, 47, 7, 3, 3, 3, 1, 1, 1, kNhwc}, false, {act(ActKind::silu)}));
