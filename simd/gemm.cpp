@@ -53,7 +53,11 @@
 //   4000-byte step for the 1 x 1000 x 2048 classifier - only slows the one pass over B. B's
 //   rows stream in order instead, 8 (4 for 3-4 rows) at a time, into accumulator rows in L1;
 //   a transposed B (PyTorch's Linear weight, (n, k)) is read as 8 (4) rows of dot products
-//   with A's rows. Threads split the columns. The row count is a template parameter: with it
+//   with A's rows. On a team, row-major B is split into chunks of K (each into its own
+//   partial sums, added in chunk order) and B^T into blocks of columns, both taken in turn so
+//   that a thread slowed by a neighbour does not hold the others at the barrier (libgomp's
+//   spin at that barrier was 16% of a 2-thread profile with one block per thread). The row
+//   count is a template parameter: with it
 //   at run time the broadcast A values lived on the stack and the pass ran clearly slower.
 //   A/B pairs against the loop nest, t1 and t2, showed it faster on both 1x1000x2048+bias
 //   (B 8 MiB, in L3) and 1x4096x4096 with B^T (64 MiB, from DRAM: the loop nest packed -

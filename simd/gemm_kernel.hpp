@@ -19,9 +19,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 
 #include "simd/common.hpp"
@@ -191,6 +193,21 @@ std::int64_t gemm_a_block(std::int64_t m, std::int64_t kc) {
 // traffic.
 inline constexpr std::int64_t kGemvRows = 4;
 
+// sgemm_rows on a team streams B (k, n) in chunks of its rows, each into its own partial sums,
+// the threads taking the next chunk when done. Chunks, not one block per thread: a thread
+// slowed by a neighbour or the hypervisor would otherwise hold the whole team at the barrier.
+// Partials per chunk, added in chunk order, keep the result independent of which thread took
+// which chunk. At least 64 rows per chunk (the partials' traffic stays under 1/64 of B's) and
+// at most 16 chunks, fewer where 16 partials of m rows would pass 4 MiB.
+// Never fewer chunks than threads, and never fewer for fewer threads: the workspace is sized
+// for the most threads, and the team may be smaller.
+inline std::int64_t gemv_k_chunks(std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+  if (threads <= 1) return 1;
+  const std::int64_t row = std::max<std::int64_t>(m, 1) * gemm_round_up(n, 16);
+  const std::int64_t by_mem = (std::int64_t{1} << 20) / row;
+  return std::max<std::int64_t>(std::min({std::int64_t{16}, k / 64, by_mem}), threads);
+}
+
 template <class Arch>
 std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int threads, std::int64_t nc_cap = 0) {
   constexpr std::int64_t nr = GemmTile<Arch>::nr;
@@ -202,7 +219,7 @@ std::size_t sgemm_workspace(std::int64_t m, std::int64_t n, std::int64_t k, int 
   const std::int64_t panel = gemm_round_up(kc * nr, 16);  // one B micro-panel (BPanels::direct, each)
   // The row-streaming path of at most kGemvRows rows (sgemm_rows) accumulates in m rows of
   // round_up(n, 16) floats per thread instead.
-  const std::int64_t rows = m <= kGemvRows ? std::max(threads, 1) * m * gemm_round_up(n, 16) : 0;
+  const std::int64_t rows = m <= kGemvRows ? gemv_k_chunks(m, n, k, threads) * m * gemm_round_up(n, 16) : 0;
   return static_cast<std::size_t>(16 + std::max(b_block + std::max(threads, 1) * (a_block + panel), rows));
 }
 
@@ -847,18 +864,25 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
     for (std::size_t r = 0; r < v.size(); ++r) v[r] = load_partial<Arch>(br[r] + at, n);
     return v;
   };
+  // The next K chunk (split_k) or B^T column block a thread of the team takes.
+  std::atomic<int64_t> next{0};
   auto body = [&](int id, int nt) {
     const auto [j0, j1] = gemm_detail::split(N, nt, id, nr);
-    // Row-major B on a team: the threads split K, not N. Each then streams a contiguous block of
-    // B's rows, whole rows, into its own partial sums (acc + id * M * lda), which are added up
-    // after a barrier. Split by columns, each thread read a 2 KB piece of every 4 KB row of a
-    // 1000-wide classifier, too short a run for the prefetchers to get going.
+    // Row-major B on a team: the threads split K, not N. Each streams chunks of B's rows, whole
+    // rows, each chunk into its own partial sums (gemv_k_chunks), added up after a barrier.
+    // Split by columns, each thread read a 2 KB piece of every 4 KB row of a 1000-wide
+    // classifier, too short a run for the prefetchers to get going.
     const bool split_k = !g.trans_b && nt > 1 && K >= 64 * nt;
-    if (j0 >= j1 && !split_k) return;
-    // Columns [c0, c1) and rows [k_begin, k_end) of this thread's sweeps, into `part`.
-    const int64_t c0 = split_k ? 0 : j0, c1 = split_k ? N : j1;
-    const auto [k_begin, k_end] = split_k ? gemm_detail::split(K, nt, id, 8) : std::pair<int64_t, int64_t>{0, K};
-    float* part = split_k ? acc + id * M * lda : acc;
+    const int64_t chunks = split_k ? gemv_k_chunks(M, N, K, nt) : 1;
+    // B^T on a team: blocks of columns taken in turn (each column's dot product is its own, so
+    // the result does not depend on who took it), about 8 per thread.
+    const bool dyn_cols = g.trans_b && nt > 1;
+    const int64_t col_block = std::max(nr, gemm_round_up(gemm_ceil_div(N, 8 * int64_t{nt}), nr));
+    if (j0 >= j1 && !split_k && !dyn_cols) return;
+    // Columns [c0, c1) and rows [k_begin, k_end) of the sweeps (the columns [c0, c1) of the dot
+    // products) now under way, into `part`; set per chunk or block on a team.
+    int64_t c0 = split_k ? 0 : j0, c1 = split_k ? N : j1, k_begin = 0, k_end = K;
+    float* part = acc;
     // The k loop: rows k .. k + kb - 1 of B (kb = 8 or 4, then 1 for the last rows) into the
     // accumulators of columns [c0, c1); the first sweep writes them, the others add. The row
     // count is a template parameter, so the broadcast A values stay in registers.
@@ -869,10 +893,14 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
       std::array<std::array<B, kb>, mm> av;
       for (int i = 0; i < mm; ++i)
         for (int r = 0; r < kb; ++r) av[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] = B(a_at(i, k + r));
-      for (int64_t j = c0; j < c1; j += W) {
-        const std::array<B, kb> bv = rows_at(br, j, c1 - j);
+      // Locals: the captured bounds change per chunk, and read through the capture in the loop
+      // they would be reloaded after every store.
+      const int64_t lo = c0, hi = c1;
+      float* const out = part;
+      for (int64_t j = lo; j < hi; j += W) {
+        const std::array<B, kb> bv = rows_at(br, j, hi - j);
         for (int i = 0; i < mm; ++i) {
-          float* c = part + i * lda + j;
+          float* c = out + i * lda + j;
           B s = first ? B(0.f) : B::load_aligned(c);
           for (int r = 0; r < kb; ++r)
             s = xsimd::fma(av[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)],
@@ -905,8 +933,8 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
         const float* p = ar[static_cast<std::size_t>(i)] + k;
         return load_partial<Arch>(p, n);
       };
-      for (int64_t j = j0; j < j1; j += jb) {
-        const int jn = static_cast<int>(std::min<int64_t>(jb, j1 - j));
+      for (int64_t j = c0; j < c1; j += jb) {
+        const int jn = static_cast<int>(std::min<int64_t>(jb, c1 - j));
         std::array<const float*, jb> br;  // past the last row: the last row again (not stored)
         for (int r = 0; r < jb; ++r) br[static_cast<std::size_t>(r)] = g.b + (j + std::min(r, jn - 1)) * g.ldb;
         std::array<std::array<B, jb>, mm> s;
@@ -935,47 +963,66 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
         default: loop(std::integral_constant<int, 4>{}); break;
       }
     };
-    if (g.trans_b)
-      by_rows(dot_loop);
-    else
-      by_rows(k_loop);
+    // Finish columns [f0, f1) nr at a time: C = alpha * acc + beta * C + bias, the epilogue,
+    // one store.
+    const B va(g.alpha), vb(g.beta);
+    auto finish = [&](int64_t f0, int64_t f1) {
+      for (int64_t jt = f0; jt < f1; jt += nr) {
+        const int64_t cols = std::min(nr, f1 - jt);
+        for (int64_t i = 0; i < M; ++i) {
+          float* row = acc + i * lda;
+          const float* bias = g.bias ? g.bias + i * g.bias_rs : nullptr;
+          for (int64_t j = jt; j < jt + cols; j += W) {
+            const int64_t n = jt + cols - j;
+            B v = B::load_aligned(row + j) * va;
+            if (g.beta != 0.f) {
+              const float* cp = g.c + i * g.ldc + j;
+              v = xsimd::fma(vb, load_partial<Arch>(cp, n), v);
+            }
+            if (bias) v += g.bias_cs ? load_partial<Arch>(bias + j, n) : B(*bias);
+            v.store_aligned(row + j);
+          }
+        }
+        if constexpr (Epi::enabled) epi.template apply_tile<Arch>(acc + jt, lda, static_cast<int>(M), 0, jt, cols);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = jt; j < jt + cols; j += W) {
+            const int64_t n = jt + cols - j;
+            const B v = B::load_aligned(acc + i * lda + j);
+            store_partial<Arch>(g.c + i * g.ldc + j, v, n);
+          }
+      }
+    };
     if (split_k) {
-      // Every partial is complete; each thread adds them up over its own columns, into acc.
+      for (int64_t q = next.fetch_add(1); q < chunks; q = next.fetch_add(1)) {
+        std::tie(k_begin, k_end) = gemm_detail::split(K, static_cast<int>(chunks), static_cast<int>(q), 8);
+        part = acc + q * M * lda;
+        by_rows(k_loop);
+      }
+      // Every partial is complete; each thread adds them up in chunk order over its own
+      // columns, into acc (chunk 0's partial).
 #pragma omp barrier
       if (j0 >= j1) return;
-      for (int p = 1; p < nt; ++p)
+      for (int64_t q = 1; q < chunks; ++q)
         for (int64_t i = 0; i < M; ++i) {
           float* dst = acc + i * lda;
-          const float* src = acc + p * M * lda + i * lda;
+          const float* src = acc + q * M * lda + i * lda;
           for (int64_t j = j0; j < j1; j += W)
             (B::load_aligned(dst + j) + B::load_aligned(src + j)).store_aligned(dst + j);
         }
-    }
-    // Finish nr columns at a time: C = alpha * acc + beta * C + bias, the epilogue, one store.
-    const B va(g.alpha), vb(g.beta);
-    for (int64_t jt = j0; jt < j1; jt += nr) {
-      const int64_t cols = std::min(nr, j1 - jt);
-      for (int64_t i = 0; i < M; ++i) {
-        float* row = acc + i * lda;
-        const float* bias = g.bias ? g.bias + i * g.bias_rs : nullptr;
-        for (int64_t j = jt; j < jt + cols; j += W) {
-          const int64_t n = jt + cols - j;
-          B v = B::load_aligned(row + j) * va;
-          if (g.beta != 0.f) {
-            const float* cp = g.c + i * g.ldc + j;
-            v = xsimd::fma(vb, load_partial<Arch>(cp, n), v);
-          }
-          if (bias) v += g.bias_cs ? load_partial<Arch>(bias + j, n) : B(*bias);
-          v.store_aligned(row + j);
-        }
+      finish(j0, j1);
+    } else if (dyn_cols) {
+      for (int64_t q = next.fetch_add(1); q * col_block < N; q = next.fetch_add(1)) {
+        c0 = q * col_block;
+        c1 = std::min(N, c0 + col_block);
+        by_rows(dot_loop);
+        finish(c0, c1);
       }
-      if constexpr (Epi::enabled) epi.template apply_tile<Arch>(acc + jt, lda, static_cast<int>(M), 0, jt, cols);
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = jt; j < jt + cols; j += W) {
-          const int64_t n = jt + cols - j;
-          const B v = B::load_aligned(acc + i * lda + j);
-          store_partial<Arch>(g.c + i * g.ldc + j, v, n);
-        }
+    } else {
+      if (g.trans_b)
+        by_rows(dot_loop);
+      else
+        by_rows(k_loop);
+      finish(j0, j1);
     }
   };
   if (t <= 1) {

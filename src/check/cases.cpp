@@ -201,6 +201,8 @@ void gemm_cases(Cases& c, Rng& rng) {
              {300}));
   c.add(gemm(3, 45, 31, gp(false, false, 1.f, 1.f, {PostOp::binary_op(BinaryKind::mul), act(ActKind::sigmoid)})));
   c.add(gemm(2, 2050, 1100, gp(false, false, 1.f, 0.f, {act(ActKind::relu)}), {2050}));
+  // Two threads splitting K into chunks of uneven length, with trans_a and beta.
+  c.add(gemm(3, 700, 1030, gp(true, false, 1.f, 1.f), {3, 1}));
   c.add(gemm(1, 64, 17, gp(false, true)), kConst);  // B bound at prepare: the BLIS path
   // Transposed B (n x k rows: dot products), with trans_a, tails of k and n, chains, threads.
   c.add(gemm(1, 1000, 2048, gp(false, true), {1000}));
@@ -208,6 +210,7 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(3, 37, 50, gp(true, true, 0.5f, 1.f)), kUnaligned);
   c.add(gemm(4, 33, 16, gp(false, true, 1.f, 0.f, {PostOp::batchnorm(), PostOp::add(), act(ActKind::silu)}), {4, 1}));
   c.add(gemm(2, 2050, 1100, gp(false, true, 1.f, 0.f, {act(ActKind::gelu_tanh)})));
+  c.add(gemm(4, 530, 1000, gp(false, true, 0.5f, 1.f), {530}), kUnaligned);
   // Drawn from the seed.
   for (int i = 0; i < 3; ++i) {
     const std::int64_t m = rng.range(1, 70), n = rng.range(1, 70), k = rng.range(1, 70);
