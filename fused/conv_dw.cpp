@@ -176,9 +176,9 @@ OPFUSE_SIMD_INSTANTIATE_PREPARED(ConvDepthwise);
 // vectors of an output row) on weights with the leading batchnorms folded in, the rest of the
 // chain on the accumulators before the only store of y (channels as rows: apply_rows over the
 // tile's 8 channels per vector, each step's kind resolved once). NHWC x and y (the layout
-// planner's stems, whose input is converted before them): the same planes, filled from rows
-// split by channel, under simd's channels-in-lanes tile (smallc_nhwc_run), for chains of folded
-// batchnorms and at most one activation (conv_smallc_supports).
+// planner's stems, whose input is converted before them): simd's channels-in-lanes tile
+// reading x in place (smallc_nhwc_run), for chains of folded batchnorms and at most one
+// activation (conv_smallc_supports).
 
 inline namespace OPFUSE_SIMD_NS {
 namespace {
@@ -207,7 +207,7 @@ struct SmallcEpi {
 };
 
 struct SmallcState {
-  simd::DwState dw;     // tap offsets and C phase-split planes per thread
+  simd::DwState dw;     // tap offsets; C phase-split planes (NCHW) or a patch (NHWC) per thread
   bool folded = false;  // wpk and bpk from bound weights, bias and batchnorms
   Floats wpk, bpk;
   std::vector<Floats> mults;
@@ -245,7 +245,10 @@ Status ConvSmallC::prepare(Arch, const OpDesc& desc, const Context& ctx, const T
                            std::shared_ptr<void>& state) {
   auto st = std::make_shared<SmallcState>();
   const ConvGeom g = conv_geom(desc);
-  simd::smallc_prepare<Arch>(g, ctx.threads, &st->dw);
+  if (g.x_nhwc)
+    simd::smallc_nhwc_prepare<Arch>(g, ctx.threads, &st->dw);
+  else
+    simd::smallc_prepare<Arch>(g, ctx.threads, &st->dw);
   if (fold_bound(desc, constants)) {
     const i64 kp = smallc_packed_k<Arch>(g);
     std::vector<float> sc(static_cast<std::size_t>(g.K)), bi(static_cast<std::size_t>(g.K));

@@ -107,10 +107,13 @@ struct ActMap {
   Activation act;
   template <class B, int NV>
   void operator()(B (&acc)[NV], std::int64_t, std::int64_t) const {
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[v] = activate_k<K, Arch>(act, acc[v]);
   }
   template <class B, int KC, int NV>
   void operator()(B (&acc)[KC][NV], std::int64_t pix, std::int64_t valid) const {
+    // Unrolled, so that a tile's accumulators stay registers (a loop indexes them in memory).
+#pragma GCC unroll 32
     for (int u = 0; u < KC; ++u) (*this)(acc[u], pix, valid);
   }
   fbatch<Arch> operator()(fbatch<Arch> acc, std::int64_t, std::int64_t, std::int64_t) const {

@@ -428,7 +428,7 @@ struct DwState {
   AlignedFloats planes;  // one phase-split padded plane per thread (NCHW)
   i64 plane_floats = 0;
   int slots = 1;
-  AlignedFloats rows;  // small-C with NHWC x and y: per thread, SmallcRows
+  AlignedFloats rows;  // small-C with NHWC x and y: per thread, a border tile's patch
   i64 row_floats = 0;
 };
 
@@ -770,16 +770,11 @@ inline SmallcRows smallc_rows(const ConvGeom& g) {
   return r;
 }
 
-// Prepare: the taps' offsets (dw_prepare_planes) and C zeroed planes per thread, and for NHWC
-// the SmallcRows.
+// Prepare (NCHW x): the taps' offsets (dw_prepare_planes) and C zeroed planes per thread.
 template <class Arch>
 void smallc_prepare(const ConvGeom& g, int threads, DwState* st) {
   dw_prepare_planes<Arch>(g, threads, st, g.C);
   std::memset(st->planes.data, 0, static_cast<std::size_t>(st->slots * g.C * st->plane_floats) * sizeof(float));
-  if (g.x_nhwc) {
-    st->row_floats = smallc_rows(g).total;
-    st->rows.resize(static_cast<std::size_t>(st->slots * st->row_floats));
-  }
 }
 
 // Weights (K, C, R, S) times sc[k] (null: 1) into blocks of KC output channels, [block][c][r][s]
@@ -952,14 +947,16 @@ void smallc_run(const ConvGeom& g, const DwState* st, const float* x, const floa
 }
 
 // ---- few input channels, NHWC ------------------------------------------------------------------
-// The same phase-split planes, but y channels-last: a tile of MR output pixels x NV vectors of
-// output channels (channels in lanes, as the NHWC direct kernel), each tap's NV weight vectors
-// shared by the MR pixels, each pixel's x broadcast from its plane, so y is stored as it lies
-// with no transpose. MR x NV fills the accumulator registers (AVX-512 24: 12 x 2 for the 32
-// channels of MobileNet's stem; the direct kernel's 6 x 2 left half of them idle, and its
-// per-channel loop over 3 channels ran a loop exit per 12 FMAs). Computing the output row into
-// channel rows and transposing it into y (the NCHW tile above) spent a quarter of the call in
-// transposes.
+// A tile of MR output pixels x NV vectors of output channels (channels in lanes, as the NHWC
+// direct kernel), each tap's NV weight vectors shared by the MR pixels, each pixel's x value of
+// each channel broadcast straight from x: a broadcast reads any address, so unlike the NCHW
+// tile's vector loads it needs no phase-split copy of the input, and y is stored as it lies.
+// MR x NV fills the accumulator registers (AVX-512 24: 12 x 2 for the 32 channels of
+// MobileNet's stem). A tile whose windows reach into the padding or past the image reads a
+// zero-padded copy of its window instead (the patch: the R rows it reads, x's layout). The
+// phase-split planes this replaced (filled from rows split by channel) cost about a fifth of
+// the call in the fill, the transposes and the row loop around them; a 4-pixel tile ends a row
+// instead of a 12-pixel one mostly computing nothing.
 // Weights packed [c][r][s][Kp] (Kp: K rounded up to the vector width, zeros past K), bias [Kp].
 inline i64 smallc_nhwc_kpad(const ConvGeom& g, i64 width) { return round_up(g.K, width); }
 inline void smallc_pack_nhwc(const ConvGeom& g, i64 Kp, const float* w, const float* sc, const float* bias, float* wpk,
@@ -983,11 +980,29 @@ inline constexpr int kSmallNhwcAcc = isa_of<Arch>() == Isa::avx512 ? 24
                                      : isa_of<Arch>() == Isa::avx2 ? 12
                                                                    : 8;
 
-// One NHWC tile: output pixels q0 .. q0 + MR - 1 of the plane row `in` (the first m stored, the
-// others computed on the planes' slack columns), channels k0 .. k0 + NV W - 1 (those below K
-// stored) at y (pixel q0's channel 0; pixels K floats apart).
+// The patch of a tile of up to kSmallNhwcAcc pixels: R rows of PW pixels of C floats.
+inline i64 smallc_patch_width(const ConvGeom& g, int max_mr) { return (max_mr - 1) * g.sw + (g.S - 1) * g.dw + 1; }
+
+// Prepare: tap (r, s)'s offset in x from a window's corner ([0, taps)) and in the patch
+// ([taps, 2 taps)), and a patch per thread (DwState::rows).
+template <class Arch>
+void smallc_nhwc_prepare(const ConvGeom& g, int threads, DwState* st) {
+  const i64 pw = smallc_patch_width(g, kSmallNhwcAcc<Arch>);
+  st->tap_offset.clear();
+  for (int patch = 0; patch < 2; ++patch)
+    for (i64 r = 0; r < g.R; ++r)
+      for (i64 s = 0; s < g.S; ++s) st->tap_offset.push_back(((patch ? r * pw : r * g.dh * g.W) + s * g.dw) * g.C);
+  st->slots = std::max(1, threads);
+  st->row_floats = round_up(g.R * pw * g.C, 16);
+  st->rows.resize(static_cast<std::size_t>(st->slots * st->row_floats));
+}
+
+// One NHWC tile: output pixels 0 .. MR - 1 of a window row whose pixel i's tap t of channel c
+// is in[toff[t] + i * ps + c] (the first m pixels stored, the others computed and dropped),
+// channels k0 .. k0 + NV W - 1 (those below K stored) at y (pixel 0's channel 0; pixels K
+// floats apart).
 template <class Arch, int MR, int NV, class Epi>
-[[gnu::noinline]] void smallc_nhwc_tile(const float* in, i64 pf, i64 C, const i64* toff, i64 taps, const float* w,
+[[gnu::noinline]] void smallc_nhwc_tile(const float* in, i64 ps, const i64* toff, i64 C, i64 taps, const float* w,
                                         i64 Kp, const float* bias, float* y, i64 K, i64 k0, i64 m, const Epi& epi) {
   using B = fbatch<Arch>;
   constexpr i64 Wd = B::size;
@@ -998,25 +1013,30 @@ template <class Arch, int MR, int NV, class Epi>
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) acc[i][v] = b;
   }
-  for (i64 c = 0; c < C; ++c) {
-    const float* xc = in + c * pf;
+  i64 c = 0;  // C and taps are at least 1
+  do {
     const float* wc = w + c * taps * Kp + k0;
-    for (i64 t = 0; t < taps; ++t) {
-      const float* xt = xc + toff[t];
+    i64 t = 0;
+    do {
+      const float* xt = in + toff[t] + c;
       B wv[NV];
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) wv[v] = B::load_unaligned(wc + t * Kp + v * Wd);
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
-        const B xb(xt[i]);
+        const B xb(xt[i * ps]);
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(xb, wv[v], acc[i][v]);
       }
-    }
-  }
+    } while (++t < taps);
+  } while (++c < C);
   epi(acc, 0, 0);
   const i64 kv = K - k0;  // channels of this block that exist
-  for (i64 i = 0; i < m; ++i) {
+  // Pixel indices known at compile time, so the accumulators stay registers (indexed by a run
+  // time i, the whole array lived on the stack).
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    if (i >= m) break;
     float* o = y + i * K + k0;
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
@@ -1028,38 +1048,70 @@ template <class Arch, int MR, int NV, class Epi>
   }
 }
 
-// The small-C convolution of NHWC x into NHWC y. wpk / bpk from smallc_pack_nhwc; epi maps
-// every tile's accumulators (elementwise: the fused stage's lone activation).
+// The small-C convolution of NHWC x into NHWC y, output rows of all images split over the
+// threads. st from smallc_nhwc_prepare; wpk / bpk from smallc_pack_nhwc; epi maps every tile's
+// accumulators (elementwise: the fused stage's lone activation).
 template <class Arch, class Epi>
 void smallc_nhwc_run(const ConvGeom& g, const DwState* st, const float* x, const float* wpk, const float* bpk, float* y,
                      int threads, const Epi& epi) {
   constexpr i64 Wd = fbatch<Arch>::size;
   constexpr int ACC = kSmallNhwcAcc<Arch>;
-  const DwPlane pl = dw_plane<Arch>(g);
-  const i64 K = g.K, Q = g.Q, Kp = smallc_nhwc_kpad(g, Wd), nvec = Kp / Wd, taps = g.R * g.S;
-  const i64 pf = st->plane_floats;
+  const i64 C = g.C, K = g.K, Q = g.Q, Kp = smallc_nhwc_kpad(g, Wd), nvec = Kp / Wd, taps = g.R * g.S;
+  const i64 pw = smallc_patch_width(g, ACC), ps = g.sw * C;
   const i64* toff = st->tap_offset.data();
-  smallc_rows_run<Arch>(g, st, x, threads, [&](i64 n, i64 p, const float* planes, bool, i64&) {
-    const float* in_row = planes + p * g.sh * pl.rows_stride;
-    float* yrow = y + (n * g.P + p) * Q * K;
-    for (i64 k0 = 0; k0 < Kp; k0 += 4 * Wd) {
-      const auto block = [&](auto nv) {
-        constexpr int NV = decltype(nv)::value, MR = ACC / NV;
-        for (i64 q0 = 0; q0 < Q; q0 += MR) {
+  const i64 rows_in = (g.R - 1) * g.dh, cols_in = (g.S - 1) * g.dw;  // a window's extent - 1
+  const int t = std::min(team_size(threads), st->slots);
+  parallel_tid(g.N * g.P, t, 1, [&](int id, i64 b, i64 e) {
+    float* patch = st->rows.data + id * st->row_floats;
+    for (i64 r = b; r < e; ++r) {
+      const i64 n = r / g.P, p = r % g.P, ih0 = p * g.sh - g.pt;
+      const float* xn = x + n * g.H * g.W * C;
+      float* yrow = y + r * Q * K;
+      const bool rows_inside = ih0 >= 0 && ih0 + rows_in < g.H;
+      // Tiles of MR pixels while they fill, then of MR / 3 (the rest of a row).
+      const auto tiles = [&](auto mr_c, auto nv_c, i64 k0, i64 q_begin, i64 q_end) {
+        constexpr int MR = decltype(mr_c)::value, NV = decltype(nv_c)::value;
+        for (i64 q0 = q_begin; q0 < q_end; q0 += MR) {
+          const i64 m = std::min<i64>(MR, q_end - q0), iw0 = q0 * g.sw - g.pl;
           // The tile's y lines towards L2 before its FMAs, as the direct kernel does
           // (prefetch_tile_outputs): in a model y is a cold arena buffer, and stalled stores
-          // took the tile's gain over the direct kernel back.
-          const i64 m = std::min<i64>(MR, Q - q0);
+          // took the tile's gain back.
           if (k0 == 0)
             for (i64 o = 0; o < m * K; o += 16) prefetch_line<2>(yrow + q0 * K + o);
-          smallc_nhwc_tile<Arch, MR, NV>(in_row + q0, pf, g.C, toff, taps, wpk, Kp, bpk, yrow + q0 * K, K, k0, m, epi);
+          float* yt = yrow + q0 * K;
+          if (rows_inside && iw0 >= 0 && iw0 + (MR - 1) * g.sw + cols_in < g.W) {
+            smallc_nhwc_tile<Arch, MR, NV>(xn + (ih0 * g.W + iw0) * C, ps, toff, C, taps, wpk, Kp, bpk, yt, K, k0, m,
+                                           epi);
+            continue;
+          }
+          // The patch: the window's R rows, (MR - 1) sw + cols_in + 1 pixels each, 0 outside x.
+          const i64 used = (MR - 1) * g.sw + cols_in + 1;
+          for (i64 rr = 0; rr < g.R; ++rr) {
+            const i64 ih = ih0 + rr * g.dh;
+            float* dst = patch + rr * pw * C;
+            const bool row_in = ih >= 0 && ih < g.H;
+            const i64 jlo = row_in ? std::clamp<i64>(-iw0, 0, used) : used;
+            const i64 jhi = row_in ? std::clamp<i64>(g.W - iw0, jlo, used) : used;
+            std::fill(dst, dst + jlo * C, 0.f);
+            if (jhi > jlo) std::copy(xn + (ih * g.W + iw0 + jlo) * C, xn + (ih * g.W + iw0 + jhi) * C, dst + jlo * C);
+            std::fill(dst + jhi * C, dst + used * C, 0.f);
+          }
+          smallc_nhwc_tile<Arch, MR, NV>(patch, ps, toff + taps, C, taps, wpk, Kp, bpk, yt, K, k0, m, epi);
         }
       };
-      switch (std::min<i64>(4, nvec - k0 / Wd)) {
-        case 1: block(std::integral_constant<int, 1>{}); break;
-        case 2: block(std::integral_constant<int, 2>{}); break;
-        case 3: block(std::integral_constant<int, 3>{}); break;
-        default: block(std::integral_constant<int, 4>{}); break;
+      for (i64 k0 = 0; k0 < Kp; k0 += 4 * Wd) {
+        const auto block = [&](auto nv) {
+          constexpr int NV = decltype(nv)::value, MR = ACC / NV, MR3 = MR >= 3 ? MR / 3 : 1;
+          const i64 full = Q / MR * MR;
+          tiles(std::integral_constant<int, MR>{}, nv, k0, 0, full);
+          tiles(std::integral_constant<int, MR3>{}, nv, k0, full, Q);
+        };
+        switch (std::min<i64>(4, nvec - k0 / Wd)) {
+          case 1: block(std::integral_constant<int, 1>{}); break;
+          case 2: block(std::integral_constant<int, 2>{}); break;
+          case 3: block(std::integral_constant<int, 3>{}); break;
+          default: block(std::integral_constant<int, 4>{}); break;
+        }
       }
     }
   });

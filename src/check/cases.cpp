@@ -342,6 +342,13 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({2, 3, 40, 150, 10, 3, 3, 2, 1, 1, 1, kNhwc}, true, bn_relu6));
   c.add(conv({1, 3, 40, 150, 10, 3, 3, 2, 1, 1, 1, kNhwc}, false, bn_relu6), kUnaligned | kNan);
   c.add(conv({1, 4, 23, 47, 7, 3, 3, 3, 1, 1, 1, kNhwc}, false, {act(ActKind::silu)}));
+  // The fused NHWC tile reads x in place where a tile's windows lie inside it, a zero-padded
+  // patch elsewhere: a 7x7/2 stem of 70 channels (a partial block past 4 vectors), dilation 2
+  // with uneven pads, a row narrower than one tile, and pads wider than the window.
+  c.add(conv({1, 3, 29, 61, 70, 7, 7, 2, 3, 1, 1, kNhwc}, true, {act(ActKind::relu)}));
+  c.add(conv({2, 2, 17, 45, 19, 3, 3, 1, 0, 2, 1, kNhwc}, false, {PostOp::batchnorm()}, {}, {1, 3, 2, 0}));
+  c.add(conv({1, 3, 9, 5, 33, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_relu6), kNan);
+  c.add(conv({1, 1, 6, 7, 16, 3, 2, 1, 0, 1, 1, kNhwc}, true, {act(ActKind::hardswish)}, {}, {4, 3, 3, 5}, {2, 3}));
   c.add(conv({2, 2, 20, 70, 8, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu));
   c.add(
       conv({1, 8, 11, 67, 8, 3, 3, 1, 1, 1, 8}, true, {PostOp::batchnorm(), PostOp::batchnorm(), act(ActKind::silu)}));
