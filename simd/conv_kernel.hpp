@@ -428,8 +428,8 @@ struct DwState {
   AlignedFloats planes;  // one phase-split padded plane per thread (NCHW)
   i64 plane_floats = 0;
   int slots = 1;
-  AlignedFloats rows;  // small-C with NHWC x and y: per thread, a border tile's patch
-  i64 row_floats = 0;
+  AlignedFloats patch;  // small-C with NHWC x and y: per thread, a border tile's patch
+  i64 patch_floats = 0;
 };
 
 struct DwPlane {
@@ -892,12 +892,13 @@ inline void smallc_fill(const ConvGeom& g, const DwPlane& pl, const float* x, i6
 // fills its planes with the input rows output row p reads, just before row(n, p, planes, last,
 // mark) runs it, so the rows it reads are in L1 (filling a whole share first left the ~700 KB
 // of planes of a 224 x 224 stem in L2 for the tiles' loads). last: the thread's last row of
-// image n; mark: the thread's own i64, -1 at the first row of each image it takes.
+// image n; mark: the thread's own i64, -1 at the first row of each image it takes. NCHW x
+// (smallc_run; the NHWC tile reads x in place).
 template <class Arch, class Row>
 void smallc_rows_run(const ConvGeom& g, const DwState* st, const float* x, int threads, const Row& row) {
   const DwPlane pl = dw_plane<Arch>(g);
   const i64 pf = st->plane_floats, P = g.P;
-  const auto work = [&](i64 b, i64 e, float* planes, float* xrow) {
+  const auto work = [&](i64 b, i64 e, float* planes) {
     i64 filled_n = -1, filled_hi = 0;  // the planes hold image filled_n's rows [.., filled_hi)
     i64 mark = -1;
     for (i64 r = b; r < e; ++r) {
@@ -908,16 +909,14 @@ void smallc_rows_run(const ConvGeom& g, const DwState* st, const float* x, int t
       const i64 h1 = std::min(g.H, p * g.sh - g.pt + (g.R - 1) * g.dh + 1);
       const i64 from = filled_n == n ? std::max(h0, filled_hi) : h0;
       if (from < h1) {
-        smallc_fill<Arch>(g, pl, x, n, from, h1, planes, pf, xrow);
+        smallc_fill<Arch>(g, pl, x, n, from, h1, planes, pf, nullptr);
         filled_n = n, filled_hi = h1;
       }
       row(n, p, planes, r + 1 == e || p + 1 == P, mark);
     }
   };
   const int t = std::min(team_size(threads), st->slots);
-  parallel_tid(g.N * P, t, 1, [&](int id, i64 b, i64 e) {
-    work(b, e, st->planes.data + id * g.C * pf, g.x_nhwc ? st->rows.data + id * st->row_floats : nullptr);
-  });
+  parallel_tid(g.N * P, t, 1, [&](int id, i64 b, i64 e) { work(b, e, st->planes.data + id * g.C * pf); });
 }
 
 // The small-C convolution of NCHW x into NCHW y, output rows of all images split over the
@@ -984,7 +983,7 @@ inline constexpr int kSmallNhwcAcc = isa_of<Arch>() == Isa::avx512 ? 24
 inline i64 smallc_patch_width(const ConvGeom& g, int max_mr) { return (max_mr - 1) * g.sw + (g.S - 1) * g.dw + 1; }
 
 // Prepare: tap (r, s)'s offset in x from a window's corner ([0, taps)) and in the patch
-// ([taps, 2 taps)), and a patch per thread (DwState::rows).
+// ([taps, 2 taps)), and a patch per thread (DwState::patch).
 template <class Arch>
 void smallc_nhwc_prepare(const ConvGeom& g, int threads, DwState* st) {
   const i64 pw = smallc_patch_width(g, kSmallNhwcAcc<Arch>);
@@ -993,8 +992,8 @@ void smallc_nhwc_prepare(const ConvGeom& g, int threads, DwState* st) {
     for (i64 r = 0; r < g.R; ++r)
       for (i64 s = 0; s < g.S; ++s) st->tap_offset.push_back(((patch ? r * pw : r * g.dh * g.W) + s * g.dw) * g.C);
   st->slots = std::max(1, threads);
-  st->row_floats = round_up(g.R * pw * g.C, 16);
-  st->rows.resize(static_cast<std::size_t>(st->slots * st->row_floats));
+  st->patch_floats = round_up(g.R * pw * g.C, 16);
+  st->patch.resize(static_cast<std::size_t>(st->slots * st->patch_floats));
 }
 
 // One NHWC tile: output pixels 0 .. MR - 1 of a window row whose pixel i's tap t of channel c
@@ -1062,7 +1061,7 @@ void smallc_nhwc_run(const ConvGeom& g, const DwState* st, const float* x, const
   const i64 rows_in = (g.R - 1) * g.dh, cols_in = (g.S - 1) * g.dw;  // a window's extent - 1
   const int t = std::min(team_size(threads), st->slots);
   parallel_tid(g.N * g.P, t, 1, [&](int id, i64 b, i64 e) {
-    float* patch = st->rows.data + id * st->row_floats;
+    float* patch = st->patch.data + id * st->patch_floats;
     for (i64 r = b; r < e; ++r) {
       const i64 n = r / g.P, p = r % g.P, ih0 = p * g.sh - g.pt;
       const float* xn = x + n * g.H * g.W * C;
