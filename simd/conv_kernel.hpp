@@ -651,6 +651,21 @@ struct DwNoEpi {
   void operator()(B (&)[NV], i64, i64) const {}
 };
 
+// acc[0 .. NV) to out[0, valid); with `whole`, the last vector in full even past `valid`.
+template <class Arch, int NV>
+inline void dw_store(const fbatch<Arch> (&acc)[NV], float* out, i64 valid, bool whole) {
+  constexpr i64 Wd = fbatch<Arch>::size;
+#pragma GCC unroll 4
+  for (int v = 0; v < NV - 1; ++v) acc[v].store_unaligned(out + v * Wd);
+  if (whole || valid == NV * Wd) {
+    acc[NV - 1].store_unaligned(out + (NV - 1) * Wd);
+  } else {
+    alignas(64) float tmp[Wd];
+    acc[NV - 1].store_aligned(tmp);
+    for (i64 l = 0; l < valid - (NV - 1) * Wd; ++l) out[(NV - 1) * Wd + l] = tmp[l];
+  }
+}
+
 // NV vectors of one output row of a depthwise plane: out[0, valid) = wb + sum over taps t of
 // wt[t] * in[toff[t] + q], mapped by epi(acc, pix, valid) before the store (pix: the
 // plane index of out[0]). With `whole`, the last vector is stored in full even past `valid`.
@@ -667,14 +682,50 @@ inline void dw_chunk(const float* in, const i64* toff, const float* wt, i64 taps
     for (int v = 0; v < NV; ++v) acc[v] = xsimd::fma(wv, B::load_unaligned(xr + v * Wd), acc[v]);
   }
   epi(acc, pix, valid);
-  for (int v = 0; v < NV - 1; ++v) acc[v].store_unaligned(out + v * Wd);
-  if (whole || valid == NV * Wd) {
-    acc[NV - 1].store_unaligned(out + (NV - 1) * Wd);
-  } else {
-    alignas(64) float tmp[Wd];
-    acc[NV - 1].store_aligned(tmp);
-    for (i64 l = 0; l < valid - (NV - 1) * Wd; ++l) out[(NV - 1) * Wd + l] = tmp[l];
+  dw_store<Arch, NV>(acc, out, valid, whole);
+}
+
+// Two output rows of a 3x3 depthwise plane with row stride and dilation 1: out0 from input
+// rows 0 .. 2 of `in` (rs floats apart), out1 from rows 1 .. 3; soff[s] is column tap s's
+// offset in the row. The two rows the outputs share are loaded once, each load feeding both
+// rows' FMAs, and the nine weights stay in registers. One row at a time (dw_chunk), each tap
+// was a loop step of NV FMAs on unaligned loads, most of them split across two cache lines,
+// and the row's NV chains of 9 dependent FMAs left the FMA units idle (perf: the tap loop was
+// half of the plane's time). Stride 2 shares one input row of five and measured no faster.
+template <class Arch, int NV, class Epi>
+[[gnu::noinline]] void dw3_pair(const float* in, i64 rs, const i64* soff, const float* wt, float wb, float* out0,
+                                float* out1, i64 valid, bool whole0, bool whole1, const Epi& epi, i64 pix0, i64 pix1) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  B a0[NV], a1[NV], w[9];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) a0[v] = a1[v] = B(wb);
+#pragma GCC unroll 9
+  for (int t = 0; t < 9; ++t) w[t] = B(wt[t]);
+  const i64 s0 = soff[0], s1 = soff[1], s2 = soff[2];
+  // One vector column at a time: its two accumulators, the nine weights and one input vector
+  // in registers (all columns' loads at once spilled to the stack); the columns' chains are
+  // independent, so out-of-order execution overlaps them.
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const float* xv = in + v * Wd;
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h)
+#pragma GCC unroll 3
+      for (int s = 0; s < 3; ++s) {
+        // Opaque to the compiler, so that both rows' FMAs use the one loaded register (GCC
+        // otherwise folds the load into each FMA: two loads of every shared vector).
+        typename B::register_type r = B::load_unaligned(xv + h * rs + (s == 0 ? s0 : s == 1 ? s1 : s2));
+        asm("" : "+v"(r));
+        const B x(r);
+        if (h < 3) a0[v] = xsimd::fma(w[h * 3 + s], x, a0[v]);
+        if (h >= 1) a1[v] = xsimd::fma(w[(h - 1) * 3 + s], x, a1[v]);
+      }
   }
+  epi(a0, pix0, valid);
+  dw_store<Arch, NV>(a0, out0, valid, whole0);
+  epi(a1, pix1, valid);
+  dw_store<Arch, NV>(a1, out1, valid, whole1);
 }
 
 // The depthwise convolution of NCHW x into NCHW y, (n, c) planes split over the threads.
@@ -694,9 +745,12 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
   const i64 P = g.P, Q = g.Q, H = g.H, sh = g.sh, rs = pl.rows_stride;
   const i64 taps = g.R * g.S;
   const i64* toff = st->tap_offset.data();
+  // 3x3 with row stride and dilation 1 (MobileNet's stride 1): output rows in pairs
+  // (dw3_pair), a last odd row alone.
+  const bool pairs = g.R == 3 && g.S == 3 && g.dh == 1 && sh == 1;
   // rows_done every `crows` rows: per whole plane it measured slower once the stride-2 input
-  // plane had evicted the outputs from L1.
-  const i64 crows = std::max<i64>(1, 512 / Q);
+  // plane had evicted the outputs from L1. Even when pairing, so a run ends on a pair's end.
+  const i64 crows = pairs ? std::max<i64>(2, 512 / Q / 2 * 2) : std::max<i64>(1, 512 / Q);
   const auto work = [&](i64 b, i64 e, float* buf) {
     std::memset(buf, 0, static_cast<std::size_t>(st->plane_floats) * sizeof(float));
     float* wt = buf + st->plane_floats - round_up(taps, 16);  // this plane's taps
@@ -712,26 +766,43 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
       // memory: a stride-2 plane's copy was half of the kernel's time).
       const float* ahead = task + 1 < e ? src + HW : nullptr;
       const i64 lines = (HW + 15) / 16, per_row = (lines + P - 1) / P;
-      for (i64 p = 0; p < P; ++p) {
+      for (i64 p = 0; p < P;) {
+        const i64 np = pairs && p + 1 < P ? 2 : 1;
         if (ahead)
-          for (i64 l = p * per_row; l < std::min(lines, (p + 1) * per_row); ++l)
+          for (i64 l = p * per_row; l < std::min(lines, (p + np) * per_row); ++l)
             __builtin_prefetch(ahead + l * 16, 0, 3);
         const float* in_row = buf + p * sh * rs;
         float* out = dst + p * Q;
         for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
           const i64 valid = std::min(4 * Wd, Q - q0), pix = p * Q + q0;
           const bool whole = pix + 4 * Wd <= PQ;
-          switch ((valid + Wd - 1) / Wd) {
+          const i64 nv = (valid + Wd - 1) / Wd;
+          if (np == 2) {
+            // The first row's last vector may spill into the second row only when that row's
+            // only chunk is stored after it (below, in dw3_pair); the second row's spills into
+            // a later pair's rows.
+            const bool whole0 = whole && Q <= 4 * Wd, whole1 = pix + Q + 4 * Wd <= PQ;
+            const auto pair = [&](auto nvc) {
+              dw3_pair<Arch, decltype(nvc)::value>(in_row + q0, rs, toff, wt, wb, out + q0, out + Q + q0, valid, whole0,
+                                                   whole1, epi, pix, pix + Q);
+            };
+            switch (nv) {
+              case 1: pair(std::integral_constant<int, 1>{}); break;
+              case 2: pair(std::integral_constant<int, 2>{}); break;
+              case 3: pair(std::integral_constant<int, 3>{}); break;
+              default: pair(std::integral_constant<int, 4>{}); break;
+            }
+            continue;
+          }
+          switch (nv) {
             case 1: dw_chunk<Arch, 1>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
             case 2: dw_chunk<Arch, 2>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
             case 3: dw_chunk<Arch, 3>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
             default: dw_chunk<Arch, 4>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
           }
         }
-        if ((p + 1) % crows == 0 || p + 1 == P) {
-          const i64 p0 = p + 1 - ((p + 1) % crows == 0 ? crows : (p + 1) % crows);
-          rows_done(n, c, dst, p0 * Q, (p + 1) * Q);
-        }
+        p += np;
+        if (p % crows == 0 || p == P) rows_done(n, c, dst, (p - (p % crows == 0 ? crows : p % crows)) * Q, p * Q);
       }
       // The padding stays zero for the next plane: only real columns are ever written.
     }
