@@ -82,6 +82,17 @@ struct IrTile<simd::sse2> {
 
 constexpr i64 rup(i64 v, i64 m) { return (v + m - 1) / m * m; }
 
+// Where Cout is an odd multiple of 3 vectors (pj_q3), the row's depthwise tiles take up to
+// 2 * pj_q3 pixels, so the projection runs whole pj_q3 x 3 blocks (8 pixels: 4 + 4 rather than
+// 6 pixels as 3 + 3, whose 9 accumulators barely cover the FMA latency).
+template <class Arch>
+inline constexpr int kIrTileMax = std::max(IrTile<Arch>::pj_q, 2 * IrTile<Arch>::pj_q3);
+template <class Arch>
+bool ir_q3(i64 Cop) {
+  const i64 ncv = Cop / static_cast<i64>(fbatch<Arch>::size);
+  return IrTile<Arch>::pj_q3 > 0 && ncv % 2 == 1 && ncv % 3 == 0;
+}
+
 // Calls fn(std::integral_constant<int, K>{}) for the runtime k in [1, Max]: tile sizes that the
 // register tiles need at compile time.
 template <int Max, class Fn>
@@ -345,7 +356,7 @@ void project_tile(const Packed& L, i64 Ce, const float* wts, const float* dt, i6
   constexpr int TQ = IrTile<Arch>::pj_q, NVmax = IrTile<Arch>::pj_nv;
   const i64 ncv = L.Cop / Wd;
   if constexpr (IrTile<Arch>::pj_q3 > 0) {
-    if (ncv % 2 == 1 && ncv % 3 == 0) {  // 3 vectors of Cout x balanced blocks of at most pj_q3 pixels
+    if (ir_q3<Arch>(L.Cop)) {  // 3 vectors of Cout x balanced blocks of at most pj_q3 pixels
       const Balanced sub(cnt, IrTile<Arch>::pj_q3);
       for (i64 cv = 0; cv < ncv; cv += 3)
         for (i64 t = 0; t < sub.count; ++t) {
@@ -383,11 +394,11 @@ template <class Arch>
 void run_rows(const IrState& st, const float* wts, const Io& io, i64 begin, i64 end, float* buf) {
   const IrGeometry& g = st.g;
   const Packed& L = st.L;
-  constexpr int TQ = IrTile<Arch>::pj_q;
+  const i64 TQ = ir_q3<Arch>(L.Cop) ? 2 * IrTile<Arch>::pj_q3 : IrTile<Arch>::pj_q;
   const i64 row_floats = (g.W + 2) * L.Cep;
   float* ring = buf;
   float* dt = ring + 3 * row_floats;
-  float* yt = dt + TQ * L.Cep;
+  float* yt = dt + kIrTileMax<Arch> * L.Cep;
   i64 tag[3] = {-1, -1, -1};
   i64 cur_n = -1;
   const float* rows[3];
@@ -598,7 +609,7 @@ Status InvertedResidual::prepare(Arch, const OpDesc& desc, const Context& ctx, c
   st->threads = ctx.threads > 0 ? ctx.threads : 1;
   const i64 row_floats = (g.W + 2) * L.Cep;
   const auto ring = static_cast<i64>(ir_band_floats(g, static_cast<i64>(fbatch<Arch>::size)));  // 3 * row_floats
-  st->per_thread = static_cast<std::size_t>(rup(ring + IrTile<Arch>::pj_q * (L.Cep + L.Cop), 16));
+  st->per_thread = static_cast<std::size_t>(rup(ring + kIrTileMax<Arch> * (L.Cep + L.Cop), 16));
   // Zeroed once: the ring's padding columns (and padded Ce lanes without expansion) are never written.
   if (!st->scratch.alloc(st->per_thread * static_cast<std::size_t>(st->threads)) ||
       !st->zero_row.alloc(static_cast<std::size_t>(row_floats)))
