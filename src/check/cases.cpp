@@ -838,6 +838,10 @@ void inverted_residual_cases(Cases& c) {
   c.add(inverted_residual(1, 17, 5, 5, 33, 17, 1, true), kInf);
   c.add(inverted_residual(1, 8, 10, 7, 48, 12, 2, false));
   c.add(inverted_residual(1, 16, 4, 4, 64, 65, 1, false, true, kNhwc), kUnaligned);
+  // Cout of 3 AVX2 vectors (24) over rows of 15 and 16 pixels: the row-mode depthwise tiles of
+  // 7 and 8 pixels that the projection runs as 4 + 3 and 4 + 4 (kIrTileMax).
+  c.add(inverted_residual(1, 24, 4, 15, 144, 24, 1, true));
+  c.add(inverted_residual(1, 20, 3, 16, 40, 24, 1, false, true, kNhwc));
   // 1.3 MB of 1x1 weights over small images: the fused kernel's whole-image mode wherever L2 is
   // below 2.6 MB (ir_image_mode), Ce not a multiple of the vector width.
   c.add(inverted_residual(1, 160, 6, 6, 1000, 160, 1, true));
