@@ -776,29 +776,23 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
         for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
           const i64 valid = std::min(4 * Wd, Q - q0), pix = p * Q + q0;
           const bool whole = pix + 4 * Wd <= PQ;
-          const i64 nv = (valid + Wd - 1) / Wd;
-          if (np == 2) {
-            // The first row's last vector may spill into the second row only when that row's
-            // only chunk is stored after it (below, in dw3_pair); the second row's spills into
-            // a later pair's rows.
-            const bool whole0 = whole && Q <= 4 * Wd, whole1 = pix + Q + 4 * Wd <= PQ;
-            const auto pair = [&](auto nvc) {
-              dw3_pair<Arch, decltype(nvc)::value>(in_row + q0, rs, toff, wt, wb, out + q0, out + Q + q0, valid, whole0,
-                                                   whole1, epi, pix, pix + Q);
-            };
-            switch (nv) {
-              case 1: pair(std::integral_constant<int, 1>{}); break;
-              case 2: pair(std::integral_constant<int, 2>{}); break;
-              case 3: pair(std::integral_constant<int, 3>{}); break;
-              default: pair(std::integral_constant<int, 4>{}); break;
-            }
-            continue;
-          }
-          switch (nv) {
-            case 1: dw_chunk<Arch, 1>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
-            case 2: dw_chunk<Arch, 2>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
-            case 3: dw_chunk<Arch, 3>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
-            default: dw_chunk<Arch, 4>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix); break;
+          // The first row's last vector of a pair may spill into the second row only when that
+          // row's only chunk is stored after it (in dw3_pair); the second row's spills into a
+          // later pair's rows.
+          const bool whole0 = whole && Q <= 4 * Wd, whole1 = pix + Q + 4 * Wd <= PQ;
+          const auto chunk = [&](auto nvc) {
+            constexpr int NV = decltype(nvc)::value;
+            if (np == 2)
+              dw3_pair<Arch, NV>(in_row + q0, rs, toff, wt, wb, out + q0, out + Q + q0, valid, whole0, whole1, epi, pix,
+                                 pix + Q);
+            else
+              dw_chunk<Arch, NV>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix);
+          };
+          switch ((valid + Wd - 1) / Wd) {
+            case 1: chunk(std::integral_constant<int, 1>{}); break;
+            case 2: chunk(std::integral_constant<int, 2>{}); break;
+            case 3: chunk(std::integral_constant<int, 3>{}); break;
+            default: chunk(std::integral_constant<int, 4>{}); break;
           }
         }
         p += np;
