@@ -113,8 +113,11 @@ struct ActMap {
   template <class B, int KC, int NV>
   void operator()(B (&acc)[KC][NV], std::int64_t pix, std::int64_t valid) const {
     // Unrolled, so that a tile's accumulators stay registers (a loop indexes them in memory).
+    // Each vector by value: MAXPS / MINPS below AVX-512 (see above).
 #pragma GCC unroll 32
-    for (int u = 0; u < KC; ++u) (*this)(acc[u], pix, valid);
+    for (int u = 0; u < KC; ++u)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[u][v] = (*this)(acc[u][v], pix, valid, 0);
   }
   fbatch<Arch> operator()(fbatch<Arch> acc, std::int64_t, std::int64_t, std::int64_t) const {
     using B = fbatch<Arch>;
