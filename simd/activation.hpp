@@ -100,8 +100,9 @@ fbatch<Arch> binary_op(BinaryKind kind, fbatch<Arch> a, fbatch<Arch> b) {
 // ReLU / ReLU6). Every kernel's map form: a row chunk's NV vectors in place, a tile of KC x NV
 // in place (the small-C kernels, the conv + pool stem), and one NHWC vector by value.
 // The by-value form runs relu and clip as MAXPS / MINPS (clamp_nan, the same lanes NaN
-// included) below AVX-512: fewer instructions in the NHWC depthwise row loop, which measured
-// faster with them; the NCHW row chunks measured slower with them and keep activate_k's selects.
+// included) below AVX-512: fewer instructions in the NHWC depthwise row loop and in the tiles
+// (the AVX2 stems measured faster with them); the NCHW row chunks measured slower with them and
+// keep activate_k's selects.
 template <class Arch, ActKind K>
 struct ActMap {
   Activation act;
@@ -113,7 +114,7 @@ struct ActMap {
   template <class B, int KC, int NV>
   void operator()(B (&acc)[KC][NV], std::int64_t pix, std::int64_t valid) const {
     // Unrolled, so that a tile's accumulators stay registers (a loop indexes them in memory).
-    // Each vector by value: MAXPS / MINPS below AVX-512 (see above).
+    // Each vector by value (see above).
 #pragma GCC unroll 32
     for (int u = 0; u < KC; ++u)
 #pragma GCC unroll 16

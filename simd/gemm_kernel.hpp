@@ -606,41 +606,25 @@ void store_tile(fbatch<Arch> (&acc)[R][NV], float* __restrict c, int64_t ldc, in
   if (cols == NV * W) {
     // All loads of the tile first, then all stores: C's rows are often 4 KiB apart (ldc 1024),
     // and a load behind a store with the same low 12 address bits waits for it (4K aliasing).
-    // The common store (alpha 1, C not read: one k block, or the first) tests its conditions
-    // once per tile, not per vector: GCC does not unswitch the unrolled loop below, and a
-    // K = 64 GEMM (a ResNet 1x1 expand) stores a tile every 64 k steps.
-    if (st.alpha == 1.f && st.first && st.beta == 0.f) {
-      if (st.last && st.bias && st.bias_cs) {
-#pragma GCC unroll 16
-        for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) acc[i][v] += B::load_unaligned(st.bias + i * st.bias_rs + v * W * st.bias_cs);
-      } else if (st.last && st.bias) {
-#pragma GCC unroll 16
-        for (int i = 0; i < R; ++i) {
-          const B b(st.bias[i * st.bias_rs]);
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) acc[i][v] += b;
-        }
-      }
-    } else {
+    // Each term in a pass of its own, its condition tested once per tile: GCC does not unswitch
+    // an unrolled loop, and tested per vector these conditions were a large share of a K = 64
+    // GEMM's time (a ResNet 1x1 expand stores a tile every 64 k steps). Same operations, same
+    // order: alpha acc, then + C or + beta C, then + bias.
+    const auto each = [&](auto&& f) {
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          const float* p = c + i * ldc + v * W;
-          B x = st.alpha == 1.f ? acc[i][v] : alpha * acc[i][v];
-          if (!st.first)
-            x += B::load_unaligned(p);
-          else if (st.beta != 0.f)
-            x = xsimd::fma(beta, B::load_unaligned(p), x);
-          if (st.last && st.bias) {
-            const float* bp = st.bias + i * st.bias_rs + v * W * st.bias_cs;
-            x += st.bias_cs ? B::load_unaligned(bp) : B(*bp);
-          }
-          acc[i][v] = x;
-        }
-    }
+        for (int v = 0; v < NV; ++v) f(i, v);
+    };
+    if (st.alpha != 1.f) each([&](int i, int v) { acc[i][v] = alpha * acc[i][v]; });
+    if (!st.first)
+      each([&](int i, int v) { acc[i][v] += B::load_unaligned(c + i * ldc + v * W); });
+    else if (st.beta != 0.f)
+      each([&](int i, int v) { acc[i][v] = xsimd::fma(beta, B::load_unaligned(c + i * ldc + v * W), acc[i][v]); });
+    if (st.last && st.bias && st.bias_cs)
+      each([&](int i, int v) { acc[i][v] += B::load_unaligned(st.bias + i * st.bias_rs + v * W * st.bias_cs); });
+    else if (st.last && st.bias)
+      each([&](int i, int v) { acc[i][v] += B(st.bias[i * st.bias_rs]); });
     if constexpr (Epi::enabled) {
       if (epilogue) {
         if (epi.template apply_registers<Arch, R, NV>(acc, st.row0, st.col0, c, ldc)) return;
