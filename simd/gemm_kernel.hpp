@@ -642,38 +642,37 @@ void store_tile(fbatch<Arch> (&acc)[R][NV], float* __restrict c, int64_t ldc, in
       for (int v = 0; v < NV; ++v) acc[i][v].store_unaligned(c + i * ldc + v * W);
     return;
   }
-  // Right edge: the same formulas one row at a time on buffers holding the valid columns (the
-  // rest zero), so nothing past column `cols` of C, the bias or an operand is touched.
-  alignas(64) float tmp[nr];
+  // Right edge: the same formulas one row at a time, every load and store of C, the bias or an
+  // operand masked to the valid columns (load_partial / store_partial), so nothing past column
+  // `cols` is touched. The lanes past it are padding: mapped, never stored. (Gathered into a
+  // zeroed stack buffer one float at a time instead, each vector load of that buffer waited
+  // for store forwarding to fail: most of the edge's time on a 17-column panel, perf.)
   for (int i = 0; i < R; ++i) {
     float* row = c + i * ldc;
+    const float* bias = st.last && st.bias ? st.bias + i * st.bias_rs : nullptr;
     for (int v = 0; v < NV && v * W < cols; ++v) {
       const int64_t j0 = v * W, cnt = std::min<int64_t>(W, cols - j0);
-      const auto partial = [&](const float* src, int64_t step) {
-        for (int64_t l = 0; l < W; ++l) tmp[l] = l < cnt ? src[l * step] : 0.f;
-        return B::load_aligned(tmp);
-      };
       B x = st.alpha == 1.f ? acc[i][v] : alpha * acc[i][v];
       if (!st.first)
-        x += partial(row + j0, 1);
+        x += load_partial<Arch>(row + j0, cnt);
       else if (st.beta != 0.f)
-        x = xsimd::fma(beta, partial(row + j0, 1), x);
-      if (st.last && st.bias) x += partial(st.bias + i * st.bias_rs + j0 * st.bias_cs, st.bias_cs);
+        x = xsimd::fma(beta, load_partial<Arch>(row + j0, cnt), x);
+      if (bias) x += st.bias_cs ? load_partial<Arch>(bias + j0, cnt) : B(*bias);
       if constexpr (Epi::enabled) {
         if (epilogue) {
           x.store_aligned(t + i * nr + j0);
           continue;
         }
       }
-      x.store_aligned(tmp);
-      for (int64_t l = 0; l < cnt; ++l) row[j0 + l] = tmp[l];
+      store_partial<Arch>(row + j0, x, cnt);
     }
   }
   if constexpr (Epi::enabled) {
     if (epilogue) {
       epi.template apply_tile<Arch>(t, nr, R, st.row0, st.col0, cols);
       for (int i = 0; i < R; ++i)
-        for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = t[i * nr + j];
+        for (int64_t j0 = 0; j0 < cols; j0 += W)
+          store_partial<Arch>(c + i * ldc + j0, B::load_aligned(t + i * nr + j0), cols - j0);
     }
   }
 }
