@@ -140,6 +140,10 @@ struct SgemmArgs {
   // Optional: row i of op(A) is multiplied by a_scale[i] as it is packed (diag(a_scale) op(A):
   // a per-output-row weight scale, such as a batchnorm folded into a conv's weights, at no cost).
   const float* a_scale = nullptr;
+  // Optional: pack_a_all() of this op(A) and a_scale (same m, k), for constant weights in A (an
+  // NCHW 1x1 convolution's): sgemm then packs no A block. a and a_scale stay set: the few-row
+  // path reads them.
+  const float* packed_a = nullptr;
   const float* b = nullptr;
   std::int64_t ldb = 0;
   bool trans_b = false;
@@ -165,6 +169,14 @@ struct SgemmArgs {
 template <class Arch>
 std::size_t packed_b_size(std::int64_t n, std::int64_t k) {
   return static_cast<std::size_t>(gemm_round_up(n, GemmTile<Arch>::nr) * k);
+}
+
+// Floats of a fully packed A (m x k): ceil(m / mr) row tiles of mr x k each (pack_a_all), and
+// the slack of one vector that the last tile's single-column reads run into.
+template <class Arch>
+std::size_t packed_a_size(std::int64_t m, std::int64_t k) {
+  constexpr std::int64_t mr = GemmTile<Arch>::mr;
+  return static_cast<std::size_t>(gemm_round_up(gemm_ceil_div(m, mr) * mr * k + fbatch<Arch>::size, 16));
 }
 
 // Workspace floats of sgemm for up to `threads` threads: one packed B block shared by the team
@@ -231,11 +243,16 @@ using std::int64_t;
 // The row tiles of an mc-row block: ceil(mc / mr) tiles of near-equal height (tile q covers
 // rows [q * mc / t, (q + 1) * mc / t)), so 128 rows are 8 x 13 + 2 x 12 rows instead of 9 x 14
 // + one 2-row tile that would run at a fraction of the FMA rate (measurably slower at M = 128).
+// A packed_a (pack_a_all) fixes the tiles of all M rows once; a block is then a run of t of
+// them from tile q0, and begin() counts rows from the run's first.
 template <class Arch>
 struct RowTiles {
-  int64_t mc, t;
-  explicit RowTiles(int64_t rows) : mc(rows), t(gemm_ceil_div(rows, GemmTile<Arch>::mr)) {}
-  int64_t begin(int64_t q) const { return q * mc / t; }
+  int64_t mc, total, q0 = 0, t;
+  explicit RowTiles(int64_t rows) : mc(rows), total(gemm_ceil_div(rows, GemmTile<Arch>::mr)), t(total) {}
+  RowTiles(const RowTiles& all, int64_t first, int64_t count)
+      : mc(all.mc), total(all.total), q0(all.q0 + first), t(count) {}
+  int64_t row(int64_t q) const { return q * mc / total; }  // first row of tile q of all
+  int64_t begin(int64_t q) const { return row(q0 + q) - row(q0); }
 };
 
 // The W x W register transpose of the ISA (transpose.hpp), on xsimd's register type.
@@ -728,15 +745,15 @@ TileFn<Epi> column_tile(int64_t rows, int64_t cols) {
 enum class BPanels { block, direct, each };
 
 // ---- the macro-kernel: one packed A block x one thread's share of B ---------------------------
-// C rows [i0, i0 + mc), columns jc + [j0, j1) where, in `block` mode, pb is the packed block of
-// columns from jc (j0 a multiple of nr); the other modes read b's rows k0 .. k0 + kc - 1.
+// C rows from i0 in the row tiles `tiles`, columns jc + [j0, j1) where, in `block` mode, pb is
+// the packed block of columns from jc (j0 a multiple of nr); the other modes read b's rows k0 ..
+// k0 + kc - 1. Tile q's kc x mr micro-panel of A is at pa + q * a_step.
 template <class Arch, class Epi>
-void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i0, int64_t mc, const float* pb,
-                  int64_t jc, int64_t j0, int64_t j1, int64_t k0, int64_t kc, bool first, bool last, BPanels mode,
-                  float* panel) {
-  constexpr int64_t mr = GemmTile<Arch>::mr, nr = GemmTile<Arch>::nr, W = fbatch<Arch>::size;
+void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t a_step, int64_t i0,
+                  const RowTiles<Arch>& tiles, const float* pb, int64_t jc, int64_t j0, int64_t j1, int64_t k0,
+                  int64_t kc, bool first, bool last, BPanels mode, float* panel) {
+  constexpr int64_t nr = GemmTile<Arch>::nr, W = fbatch<Arch>::size;
   Store st{g.alpha, g.beta, first, last, nullptr, g.bias_rs, g.bias_cs, 0, 0, nr};
-  const RowTiles<Arch> tiles(mc);
   // B packed at prepare (weights) comes from memory on its first use in a run: each tile
   // requests its share of the next micro-panel into L2 (the next k block's first panel after
   // the last one), so only the first panel's first tile waits on memory. Packed per call, B is
@@ -793,7 +810,7 @@ void macro_kernel(const SgemmArgs& g, const Epi& epi, const float* pa, int64_t i
       // them as single columns (column_tile).
       TileFn<Epi> tile = column_tile<Arch, Epi>(rows, cols);
       if (!tile) tile = (cols <= W ? kEdgeTiles<Arch, Epi> : kTiles<Arch, Epi>)[static_cast<std::size_t>(rows - 1)];
-      tile(kc, pa + q * mr * kc, pbj, g.c + (i0 + i) * g.ldc + jc + j, g.ldc, cols, st, epi);
+      tile(kc, pa + q * a_step, pbj, g.c + (i0 + i) * g.ldc + jc + j, g.ldc, cols, st, epi);
     }
   }
 }
@@ -836,6 +853,22 @@ void pack_b(const float* b, std::int64_t ldb, bool trans_b, std::int64_t n, std:
   for (std::int64_t k0 = 0; k0 < k; k0 += ks) {
     const std::int64_t kc = std::min(ks, k - k0);
     gemm_detail::pack_b_range<Arch>(b, ldb, trans_b, k0, kc, 0, n, dst + k0 * npad);
+  }
+}
+
+// Packs all of diag(a_scale) op(A) (m x k) for sgemm's packed_a: the near-equal row tiles of
+// all m rows (RowTiles), tile q's micro-panel at q * mr * k, k-major (k x mr), so that any k
+// block of it is one contiguous kc x mr micro-panel as pack_a writes per call. The lanes past
+// a short tile's rows and the slack are zero. dst holds packed_a_size(m, k) floats.
+template <class Arch>
+void pack_a_all(const SgemmArgs& g, float* dst) {
+  constexpr std::int64_t mr = GemmTile<Arch>::mr;
+  std::fill_n(dst, packed_a_size<Arch>(g.m, g.k), 0.f);
+  const gemm_detail::RowTiles<Arch> tiles(g.m);
+  for (std::int64_t q = 0; q < tiles.t; ++q) {
+    const std::int64_t r0 = tiles.row(q);
+    // One tile as one whole-k block (its zeroed slack lands on the next tile, packed after).
+    gemm_detail::pack_a<Arch>(g, r0, tiles.row(q + 1) - r0, 0, g.k, dst + q * mr * g.k);
   }
 }
 
@@ -1091,12 +1124,19 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
     const auto [tm, tn] = thread_grid(M, N, nt);
     float* abuf = ws + b_block + id * (a_block + p_block);
     float* panel = abuf + a_block;
-    const auto [i_begin, i_end] = split(M, tm, id / tn, mr);
+    // This thread's rows: a multiple of mr, or with A packed at prepare, a run of its tiles.
+    const RowTiles<Arch> all(M);
+    auto rows_of = [&](int r) -> std::pair<int64_t, int64_t> {
+      if (!g.packed_a) return split(M, tm, r, mr);
+      const auto [q0, q1] = split(all.t, tm, r, 1);
+      return {all.row(q0), all.row(q1)};
+    };
+    const auto [i_begin, i_end] = rows_of(id / tn);
     // B not packed as a block (BPanels): when every thread's rows fit in one L2-resident A
     // block. The same decision on every thread (from the largest row share).
     int64_t most = 0;
     for (int r = 0; r < tm; ++r) {
-      const auto [b0, b1] = split(M, tm, r, mr);
+      const auto [b0, b1] = rows_of(r);
       most = std::max(most, b1 - b0);
     }
     // Read in place only while B's rows are at most a page apart and the row tiles that reuse
@@ -1117,10 +1157,14 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
     // into one block when B is read in place. Blocks of exactly MC rows would leave a 16-row
     // block of two 8-row tiles, and near-equal blocks without regard to tiles 12-row tiles: both
     // run at a lower FMA rate than 13-14 rows (perf, 1024^3).
-    const int64_t rows = i_end - i_begin, row_tiles = gemm_ceil_div(rows, mr);
+    // With A packed at prepare the tiles are all's, and a block is a run of them.
+    const int64_t rows = i_end - i_begin;
+    const int64_t tile0 = g.packed_a ? split(all.t, tm, id / tn, 1).first : 0;
+    const int64_t row_tiles = g.packed_a ? split(all.t, tm, id / tn, 1).second - tile0 : gemm_ceil_div(rows, mr);
     const int64_t tiles_per_block = std::max<int64_t>(1, own_panels ? row_tiles : mc_max / mr);
     const int64_t blocks = rows > 0 ? gemm_ceil_div(row_tiles, tiles_per_block) : 0;
     const auto block_row = [&](int64_t b) { return i_begin + (b * row_tiles / blocks) * rows / row_tiles; };
+    const auto block_tile = [&](int64_t b) { return b * row_tiles / blocks; };  // packed_a: its first tile
     const int64_t ncb = own_panels ? N : nc_max;
     for (int64_t jc = 0; jc < N; jc += ncb) {
       const int64_t nc = std::min(ncb, N - jc);
@@ -1150,9 +1194,17 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
         }
         if (j0 < j1)
           for (int64_t b = 0; b < blocks; ++b) {
+            if (g.packed_a) {
+              const int64_t q = tile0 + block_tile(b);
+              const RowTiles<Arch> tiles(all, q, tile0 + block_tile(b + 1) - q);
+              macro_kernel<Arch>(g, epi, g.packed_a + q * mr * K + k0 * mr, mr * K, all.row(q), tiles, pb, jc, j0, j1,
+                                 k0, kc, k0 == 0, k0 + kc == K, mode, panel);
+              continue;
+            }
             const int64_t i0 = block_row(b), mc = block_row(b + 1) - i0;
             pack_a<Arch>(g, i0, mc, k0, kc, abuf);
-            macro_kernel<Arch>(g, epi, abuf, i0, mc, pb, jc, j0, j1, k0, kc, k0 == 0, k0 + kc == K, mode, panel);
+            macro_kernel<Arch>(g, epi, abuf, mr * kc, i0, RowTiles<Arch>(mc), pb, jc, j0, j1, k0, kc, k0 == 0,
+                               k0 + kc == K, mode, panel);
           }
         if (!g.packed_b && !own_panels && tm > 1) {
 #pragma omp barrier  // the B block is overwritten next

@@ -420,6 +420,9 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 16, 9, 9, 16, 3, 3, 2, 1, 1, 16}), kConst);
   c.add(conv({1, 17, 7, 7, 33, 3, 3, 1, 1, 1, 1, kNhwc}, true), kConst);
   c.add(conv({2, 32, 28, 28, 48, 3, 3, 1, 1}, true, {act(ActKind::relu)}), kConst);
+  // NCHW 1x1 with the (scaled) weights packed at prepare (pack_a_all): two k blocks (C past
+  // gemm_blocking's KC), more rows than one A block (MC), two images, on a team.
+  c.add(conv({2, 1100, 5, 5, 300, 1, 1}, true, bn_relu6), kConst);
   c.add(conv({1, 64, 28, 28, 64, 1, 1, 1, 0, 1, 1, kNhwc}));
   c.add(conv({1, 48, 30, 30, 48, 3, 3, 1, 1, 1, 48}));
   // A pool post-op (always last): the ResNet stem's conv 7x7/2 + bn + relu + maxpool 3x3/2 pad 1
