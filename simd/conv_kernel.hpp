@@ -728,6 +728,53 @@ template <class Arch, int NV, class Epi>
   dw_store<Arch, NV>(a1, out1, valid, whole1);
 }
 
+// One output row of a 3x3 stride-2 depthwise plane with left padding 1, straight from the
+// plane's input rows (rows[r]: input row 2p + r - pad_top, or nullptr where that row is
+// padding): output column j reads input columns 2j - 1, 2j and 2j + 1, so each vector of W
+// outputs loads 2W input columns of a row and splits them in registers (even_odd) into the
+// middle taps (even columns) and the right taps (odd columns); the left taps are the odd
+// columns one lane later, the first of them the previous vector's last (shift_concat). Columns
+// past the row (masked loads) and the padding before it are zero. The phase-split copy of the
+// plane that the other strides go through (dw_fill_rows) wrote every input float to memory and
+// read it back, the larger share of the plane's time at stride 2 (perf).
+template <class Arch, class Epi>
+[[gnu::noinline]] void dw3s2_row(const float* const (&rows)[3], i64 W_in, const float* wt, float wb, float* out, i64 Q,
+                                 i64 pix, i64 PQ, const Epi& epi) {
+  using B = fbatch<Arch>;
+  constexpr i64 Wd = B::size;
+  B w[9];
+#pragma GCC unroll 9
+  for (int t = 0; t < 9; ++t) w[t] = B(wt[t]);
+  B prev[3] = {B(0.f), B(0.f), B(0.f)};  // each row's odd columns of the previous vector
+  for (i64 j0 = 0; j0 < Q; j0 += Wd) {
+    const i64 c0 = 2 * j0, left = W_in - c0;  // input columns from the vector's first middle tap
+    B acc[1] = {B(wb)};
+#pragma GCC unroll 3
+    for (int r = 0; r < 3; ++r) {
+      if (!rows[r]) continue;
+      const float* x = rows[r] + c0;
+      B lo, hi;
+      if (left >= 2 * Wd) {
+        lo = B::load_unaligned(x);
+        hi = B::load_unaligned(x + Wd);
+      } else {
+        lo = left > 0 ? load_partial<Arch>(x, std::min(left, Wd)) : B(0.f);
+        hi = left > Wd ? load_partial<Arch>(x + Wd, left - Wd) : B(0.f);
+      }
+      B ev, od;
+      even_odd<Arch>(lo, hi, ev, od);
+      const B lt = shift_concat<static_cast<int>(Wd) - 1, Arch>(prev[r], od);
+      prev[r] = od;
+      acc[0] = xsimd::fma(w[r * 3], lt, acc[0]);
+      acc[0] = xsimd::fma(w[r * 3 + 1], ev, acc[0]);
+      acc[0] = xsimd::fma(w[r * 3 + 2], od, acc[0]);
+    }
+    const i64 valid = std::min(Wd, Q - j0);
+    epi(acc, pix + j0, valid);
+    dw_store<Arch, 1>(acc, out + j0, valid, pix + j0 + Wd <= PQ);
+  }
+}
+
 // The depthwise convolution of NCHW x into NCHW y, (n, c) planes split over the threads.
 //   setup(n, c, wt) writes the plane's R*S taps to wt and returns its bias;
 //   epi_of(n, c) returns the plane's accumulator map (see dw_chunk);
@@ -748,6 +795,8 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
   // 3x3 with row stride and dilation 1 (MobileNet's stride 1): output rows in pairs
   // (dw3_pair), a last odd row alone.
   const bool pairs = g.R == 3 && g.S == 3 && g.dh == 1 && sh == 1;
+  // 3x3 stride 2 with left padding 1 (MobileNet's stride 2): from x's rows (dw3s2_row).
+  const bool s2 = g.R == 3 && g.S == 3 && g.dh == 1 && g.dw == 1 && sh == 2 && g.sw == 2 && g.pl == 1;
   // rows_done every `crows` rows: per whole plane it measured slower once the stride-2 input
   // plane had evicted the outputs from L1. Even when pairing, so a run ends on a pair's end.
   const i64 crows = pairs ? std::max<i64>(2, 512 / Q / 2 * 2) : std::max<i64>(1, 512 / Q);
@@ -757,13 +806,13 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
     for (i64 task = b; task < e; ++task) {
       const i64 n = task / C, c = task % C;
       const float* src = x + (n * C + c) * HW;
-      dw_fill_rows<Arch>(g, pl, src, buf, 0, H);
+      if (!s2) dw_fill_rows<Arch>(g, pl, src, buf, 0, H);
       const float wb = setup(n, c, wt);
       const auto epi = epi_of(n, c);
       float* dst = y + (n * C + c) * PQ;
       // The next plane of x, a share of its lines per output row: requested while this plane
-      // computes, it is in L1 / L2 when its copy starts (the copy's loads otherwise waited on
-      // memory: a stride-2 plane's copy was half of the kernel's time).
+      // computes, it is in L1 / L2 when its copy (or at stride 2, its first row) is read (those
+      // loads otherwise waited on memory: a stride-2 plane's copy was half of the kernel's time).
       const float* ahead = task + 1 < e ? src + HW : nullptr;
       const i64 lines = (HW + 15) / 16, per_row = (lines + P - 1) / P;
       for (i64 p = 0; p < P;) {
@@ -773,6 +822,17 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
             __builtin_prefetch(ahead + l * 16, 0, 3);
         const float* in_row = buf + p * sh * rs;
         float* out = dst + p * Q;
+        if (s2) {
+          const float* rows[3];
+          for (i64 r = 0; r < 3; ++r) {
+            const i64 h = 2 * p + r - g.pt;
+            rows[r] = h >= 0 && h < H ? src + h * g.W : nullptr;
+          }
+          dw3s2_row<Arch>(rows, g.W, wt, wb, out, Q, p * Q, PQ, epi);
+          p += 1;
+          if (p % crows == 0 || p == P) rows_done(n, c, dst, (p - (p % crows == 0 ? crows : p % crows)) * Q, p * Q);
+          continue;
+        }
         for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
           const i64 valid = std::min(4 * Wd, Q - q0), pix = p * Q + q0;
           const bool whole = pix + 4 * Wd <= PQ;

@@ -289,6 +289,12 @@ void conv_cases(Cases& c, Rng& rng) {
   // widths, with and without padding.
   c.add(conv({1, 8, 37, 37, 8, 3, 3, 2, 1, 1, 8}, true, {PostOp::batchnorm(), act(Activation::relu6())}));
   c.add(conv({1, 8, 36, 70, 8, 3, 3, 2, 0, 1, 8}));
+  // Stride 2 straight from x's rows (dw3s2_row): no top padding, extra bottom and right
+  // padding (the last output row and column read past the plane), a residual add on the
+  // accumulators.
+  c.add(conv({1, 8, 20, 45, 8, 3, 3, 2, 1, 1, 8}, true, {PostOp::batchnorm(), act(Activation::relu6())}, {},
+             {0, 1, 1, 2}));
+  c.add(conv({2, 16, 35, 35, 16, 3, 3, 2, 1, 1, 16}, false, {PostOp::batchnorm(), PostOp::add(), act(ActKind::relu)}));
   // Output channels around the 16/32/64 tiles; input channels not a multiple of 16.
   for (std::int64_t k : {15, 16, 17, 31, 32, 33, 63, 64, 65}) c.add(conv({1, 16, 6, 6, k, 3, 3, 1, 1}));
   c.add(conv({1, 17, 5, 5, 33, 3, 3, 1, 1}));
