@@ -734,7 +734,8 @@ template <class Arch, int NV, class Epi>
 // outputs loads 2W input columns of a row and splits them in registers (even_odd) into the
 // middle taps (even columns) and the right taps (odd columns); the left taps are the odd
 // columns one lane later, the first of them the previous vector's last (shift_concat). Columns
-// past the row (masked loads) and the padding before it are zero. The phase-split copy of the
+// past the row (masked loads), the padding before it and padding rows are zero vectors,
+// multiplied in like real input (0 * Inf is NaN, as in naive). The phase-split copy of the
 // plane that the other strides go through (dw_fill_rows) wrote every input float to memory and
 // read it back, the larger share of the plane's time at stride 2 (perf).
 template <class Arch, class Epi>
@@ -751,15 +752,14 @@ template <class Arch, class Epi>
     B acc[1] = {B(wb)};
 #pragma GCC unroll 3
     for (int r = 0; r < 3; ++r) {
-      if (!rows[r]) continue;
-      const float* x = rows[r] + c0;
-      B lo, hi;
-      if (left >= 2 * Wd) {
+      // A padding row is zeros multiplied in, not skipped: 0 * Inf is NaN, as in naive.
+      B lo(0.f), hi(0.f);
+      if (const float* x = rows[r] ? rows[r] + c0 : nullptr; x && left >= 2 * Wd) {
         lo = B::load_unaligned(x);
         hi = B::load_unaligned(x + Wd);
-      } else {
-        lo = left > 0 ? load_partial<Arch>(x, std::min(left, Wd)) : B(0.f);
-        hi = left > Wd ? load_partial<Arch>(x + Wd, left - Wd) : B(0.f);
+      } else if (x) {
+        if (left > 0) lo = load_partial<Arch>(x, std::min(left, Wd));
+        if (left > Wd) hi = load_partial<Arch>(x + Wd, left - Wd);
       }
       B ev, od;
       even_odd<Arch>(lo, hi, ev, od);
