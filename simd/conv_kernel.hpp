@@ -829,30 +829,28 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
             rows[r] = h >= 0 && h < H ? src + h * g.W : nullptr;
           }
           dw3s2_row<Arch>(rows, g.W, wt, wb, out, Q, p * Q, PQ, epi);
-          p += 1;
-          if (p % crows == 0 || p == P) rows_done(n, c, dst, (p - (p % crows == 0 ? crows : p % crows)) * Q, p * Q);
-          continue;
-        }
-        for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
-          const i64 valid = std::min(4 * Wd, Q - q0), pix = p * Q + q0;
-          const bool whole = pix + 4 * Wd <= PQ;
-          // The first row's last vector of a pair may spill into the second row only when that
-          // row's only chunk is stored after it (in dw3_pair); the second row's spills into a
-          // later pair's rows.
-          const bool whole0 = whole && Q <= 4 * Wd, whole1 = pix + Q + 4 * Wd <= PQ;
-          const auto chunk = [&](auto nvc) {
-            constexpr int NV = decltype(nvc)::value;
-            if (np == 2)
-              dw3_pair<Arch, NV>(in_row + q0, rs, toff, wt, wb, out + q0, out + Q + q0, valid, whole0, whole1, epi, pix,
-                                 pix + Q);
-            else
-              dw_chunk<Arch, NV>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix);
-          };
-          switch ((valid + Wd - 1) / Wd) {
-            case 1: chunk(std::integral_constant<int, 1>{}); break;
-            case 2: chunk(std::integral_constant<int, 2>{}); break;
-            case 3: chunk(std::integral_constant<int, 3>{}); break;
-            default: chunk(std::integral_constant<int, 4>{}); break;
+        } else {
+          for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
+            const i64 valid = std::min(4 * Wd, Q - q0), pix = p * Q + q0;
+            const bool whole = pix + 4 * Wd <= PQ;
+            // The first row's last vector of a pair may spill into the second row only when that
+            // row's only chunk is stored after it (in dw3_pair); the second row's spills into a
+            // later pair's rows.
+            const bool whole0 = whole && Q <= 4 * Wd, whole1 = pix + Q + 4 * Wd <= PQ;
+            const auto chunk = [&](auto nvc) {
+              constexpr int NV = decltype(nvc)::value;
+              if (np == 2)
+                dw3_pair<Arch, NV>(in_row + q0, rs, toff, wt, wb, out + q0, out + Q + q0, valid, whole0, whole1, epi,
+                                   pix, pix + Q);
+              else
+                dw_chunk<Arch, NV>(in_row + q0, toff, wt, taps, wb, out + q0, valid, whole, epi, pix);
+            };
+            switch ((valid + Wd - 1) / Wd) {
+              case 1: chunk(std::integral_constant<int, 1>{}); break;
+              case 2: chunk(std::integral_constant<int, 2>{}); break;
+              case 3: chunk(std::integral_constant<int, 3>{}); break;
+              default: chunk(std::integral_constant<int, 4>{}); break;
+            }
           }
         }
         p += np;
