@@ -932,7 +932,25 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
       // they would be reloaded after every store.
       const int64_t lo = c0, hi = c1;
       float* const out = part;
-      for (int64_t j = lo; j < hi; j += W) {
+      int64_t j = lo;
+      // One row of A: a whole 64-byte line of each B row per step (U vectors), not one vector
+      // of it; at AVX2 and SSE2 the single-vector step left the L1 misses of a line's second
+      // half queued behind the first's.
+      constexpr int U = mm == 1 ? static_cast<int>(std::max<int64_t>(1, 16 / W)) : 1;
+      if constexpr (U > 1) {
+        for (; j + U * W <= hi; j += U * W) {
+          std::array<B, U> s;
+          for (int u = 0; u < U; ++u)
+            s[static_cast<std::size_t>(u)] = first ? B(0.f) : B::load_aligned(out + j + u * W);
+          for (int r = 0; r < kb; ++r)
+            for (int u = 0; u < U; ++u)
+              s[static_cast<std::size_t>(u)] = xsimd::fma(
+                  av[0][static_cast<std::size_t>(r)], B::load_unaligned(br[static_cast<std::size_t>(r)] + j + u * W),
+                  s[static_cast<std::size_t>(u)]);
+          for (int u = 0; u < U; ++u) s[static_cast<std::size_t>(u)].store_aligned(out + j + u * W);
+        }
+      }
+      for (; j < hi; j += W) {
         const std::array<B, kb> bv = rows_at(br, j, hi - j);
         for (int i = 0; i < mm; ++i) {
           float* c = out + i * lda + j;
