@@ -354,6 +354,10 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(conv({1, 3, 29, 61, 70, 7, 7, 2, 3, 1, 1, kNhwc}, true, {act(ActKind::relu)}));
   c.add(conv({2, 2, 17, 45, 19, 3, 3, 1, 0, 2, 1, kNhwc}, false, {PostOp::batchnorm()}, {}, {1, 3, 2, 0}));
   c.add(conv({1, 3, 9, 5, 33, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_relu6), kNan);
+  // 3 channels, 3x3: bound weights in two images with 40 channels (a partial last block past
+  // whole tiles), and dilation 2.
+  c.add(conv({2, 3, 30, 61, 40, 3, 3, 2, 1, 1, 1, kNhwc}, true, bn_relu6), kConst);
+  c.add(conv({1, 3, 25, 50, 16, 3, 3, 1, 2, 2, 1, kNhwc}, false, {act(ActKind::relu)}), kNan);
   c.add(conv({1, 1, 6, 7, 16, 3, 2, 1, 0, 1, 1, kNhwc}, true, {act(ActKind::hardswish)}, {}, {4, 3, 3, 5}, {2, 3}));
   c.add(conv({2, 2, 20, 70, 8, 3, 3, 1, 1, 1, 1, kNhwc}, true, bn_add_relu));
   c.add(
