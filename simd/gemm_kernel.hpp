@@ -969,14 +969,20 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
       for (; k < k_end; ++k) sweep(k, std::integral_constant<int, 1>{}, m_c, k == k_begin);
     };
     // Transposed B (stored n x k, a row per output column: a PyTorch Linear weight): dot
-    // products instead. jb rows of B stream at once (8 for 1-2 rows of A, 4 for 3-4), each
+    // products instead. jb rows of B stream at once (8 for 1-2 rows of A, 4 for 3-4; see below), each
     // vector of them multiplied by the same k vector of the m rows of A: jb m accumulators,
     // reduced across lanes at the rows' end.
     auto dot_loop = [&](auto m_c) {
       constexpr int mm = decltype(m_c)::value;
-      constexpr int jb = mm <= 2 ? 8 : 4;  // rows of B at once: jb streams, mm x jb accumulators
-      std::array<const float*, mm> ar;     // op(A) rows: contiguous unless trans_a
-      alignas(64) float at[mm][W];         // trans_a or a_scale: one k vector of the m rows, gathered
+      // Rows of B at once: jb streams, mm x jb accumulators. At AVX-512 one row of A (a
+      // decoder's token, B^T read once from DRAM) takes 2 vectors of each of 2 rows per step:
+      // fewer streams, longer runs of each, and faster than 8 rows of one vector in alternating
+      // runs at 1 and 2 threads. At AVX2 the same shape (4 rows) was faster at one thread but
+      // slower at two, so it keeps 8 rows of one vector.
+      constexpr int U = mm == 1 && W == 16 ? 2 : 1;
+      constexpr int jb = U == 2 ? 2 : mm <= 2 ? 8 : 4;
+      std::array<const float*, mm> ar;  // op(A) rows: contiguous unless trans_a
+      alignas(64) float at[mm][W];      // trans_a or a_scale: one k vector of the m rows, gathered
       for (int i = 0; i < mm; ++i) ar[static_cast<std::size_t>(i)] = g.a + i * g.lda;
       auto a_vec = [&](int i, int64_t k, int64_t n) {
         if (g.trans_a || g.a_scale) {
@@ -992,7 +998,23 @@ void sgemm_rows(const SgemmArgs& g, const Epi& epi, float* acc) {
         for (int r = 0; r < jb; ++r) br[static_cast<std::size_t>(r)] = g.b + (j + std::min(r, jn - 1)) * g.ldb;
         std::array<std::array<B, jb>, mm> s;
         for (auto& row : s) row.fill(B(0.f));
-        for (int64_t k = 0; k < K; k += W) {
+        int64_t k = 0;
+        if constexpr (U == 2) {
+          std::array<B, jb> s1;  // the second vector's sums: two chains per row
+          s1.fill(B(0.f));
+          for (; k + 2 * W <= K; k += 2 * W) {
+            const B a0 = a_vec(0, k, W), a1 = a_vec(0, k + W, W);
+            for (int r = 0; r < jb; ++r) {
+              const float* b = br[static_cast<std::size_t>(r)] + k;
+              s[0][static_cast<std::size_t>(r)] =
+                  xsimd::fma(a0, B::load_unaligned(b), s[0][static_cast<std::size_t>(r)]);
+              s1[static_cast<std::size_t>(r)] =
+                  xsimd::fma(a1, B::load_unaligned(b + W), s1[static_cast<std::size_t>(r)]);
+            }
+          }
+          for (int r = 0; r < jb; ++r) s[0][static_cast<std::size_t>(r)] += s1[static_cast<std::size_t>(r)];
+        }
+        for (; k < K; k += W) {
           const int64_t n = K - k;
           const std::array<B, jb> bv = rows_at(br, k, n);
           for (int i = 0; i < mm; ++i) {

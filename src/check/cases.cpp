@@ -206,6 +206,9 @@ void gemm_cases(Cases& c, Rng& rng) {
   c.add(gemm(1, 64, 17, gp(false, true)), kConst);  // B bound at prepare: the BLIS path
   // Transposed B (n x k rows: dot products), with trans_a, tails of k and n, chains, threads.
   c.add(gemm(1, 1000, 2048, gp(false, true), {1000}));
+  // One row of A: two vectors of each B row per step, then a tail of single vectors (K = 77),
+  // an odd column count, trans_a gathering A.
+  c.add(gemm(1, 35, 77, gp(true, true, 1.f, 0.f, {act(ActKind::relu)}), {35}));
   c.add(gemm(2, 7, 19, gp(false, true)), kNan);
   c.add(gemm(3, 37, 50, gp(true, true, 0.5f, 1.f)), kUnaligned);
   c.add(gemm(4, 33, 16, gp(false, true, 1.f, 0.f, {PostOp::batchnorm(), PostOp::add(), act(ActKind::silu)}), {4, 1}));
