@@ -448,12 +448,20 @@ DwPlane dw_plane(const ConvGeom& g) {
   return pl;
 }
 
-// Prepare: the taps' offsets in the phase-split plane and `per_slot` planes per thread.
+// 3x3 stride 2 with left padding 1 (MobileNet's stride 2): dw_nchw_run computes it from x's rows
+// (dw3s2_row), so its per-thread buffer holds only the plane's taps.
+inline bool dw_from_rows(const ConvGeom& g) {
+  return g.R == 3 && g.S == 3 && g.dh == 1 && g.dw == 1 && g.sh == 2 && g.sw == 2 && g.pl == 1;
+}
+
+// Prepare: the taps' offsets in the phase-split plane and `per_slot` planes per thread; with
+// taps_only (dw_nchw_run where dw_from_rows), no plane, only the taps.
 template <class Arch>
-void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st, i64 per_slot = 1) {
+void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st, i64 per_slot = 1, bool taps_only = false) {
   const DwPlane pl = dw_plane<Arch>(g);
   // The phases, then 4 vectors of slack for the last row's over-reads, then the taps.
-  st->plane_floats = round_up(g.sw * pl.Hp * pl.rows_stride + 4 * fbatch<Arch>::size, 16) + round_up(g.R * g.S, 16);
+  st->plane_floats =
+      (taps_only ? 0 : round_up(g.sw * pl.Hp * pl.rows_stride + 4 * fbatch<Arch>::size, 16)) + round_up(g.R * g.S, 16);
   st->tap_offset.clear();
   for (i64 r = 0; r < g.R; ++r)
     for (i64 s = 0; s < g.S; ++s) {
@@ -795,8 +803,9 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
   // 3x3 with row stride and dilation 1 (MobileNet's stride 1): output rows in pairs
   // (dw3_pair), a last odd row alone.
   const bool pairs = g.R == 3 && g.S == 3 && g.dh == 1 && sh == 1;
-  // 3x3 stride 2 with left padding 1 (MobileNet's stride 2): from x's rows (dw3s2_row).
-  const bool s2 = g.R == 3 && g.S == 3 && g.dh == 1 && g.dw == 1 && sh == 2 && g.sw == 2 && g.pl == 1;
+  // 3x3 stride 2 with left padding 1 (MobileNet's stride 2): from x's rows (dw3s2_row); the
+  // thread's buffer is then only the taps (dw_prepare_planes).
+  const bool s2 = dw_from_rows(g);
   // rows_done every `crows` rows: per whole plane it measured slower once the stride-2 input
   // plane had evicted the outputs from L1. Even when pairing, so a run ends on a pair's end.
   const i64 crows = pairs ? std::max<i64>(2, 512 / Q / 2 * 2) : std::max<i64>(1, 512 / Q);
@@ -820,7 +829,6 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
         if (ahead)
           for (i64 l = p * per_row; l < std::min(lines, (p + np) * per_row); ++l)
             __builtin_prefetch(ahead + l * 16, 0, 3);
-        const float* in_row = buf + p * sh * rs;
         float* out = dst + p * Q;
         if (s2) {
           const float* rows[3];
@@ -830,6 +838,7 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
           }
           dw3s2_row<Arch>(rows, g.W, wt, wb, out, Q, p * Q, PQ, epi);
         } else {
+          const float* in_row = buf + p * sh * rs;
           for (i64 q0 = 0; q0 < Q; q0 += 4 * Wd) {
             const i64 valid = std::min(4 * Wd, Q - q0), pix = p * Q + q0;
             const bool whole = pix + 4 * Wd <= PQ;
