@@ -1199,8 +1199,9 @@ void sgemm(const SgemmArgs& g, const Epi& epi = Epi{}) {
     // run at a lower FMA rate than 13-14 rows (perf, 1024^3).
     // With A packed at prepare the tiles are all's, and a block is a run of them.
     const int64_t rows = i_end - i_begin;
-    const int64_t tile0 = g.packed_a ? split(all.t, tm, id / tn, 1).first : 0;
-    const int64_t row_tiles = g.packed_a ? split(all.t, tm, id / tn, 1).second - tile0 : gemm_ceil_div(rows, mr);
+    const auto [own_q0, own_q1] = g.packed_a ? split(all.t, tm, id / tn, 1) : std::pair<int64_t, int64_t>{0, 0};
+    const int64_t tile0 = own_q0;
+    const int64_t row_tiles = g.packed_a ? own_q1 - own_q0 : gemm_ceil_div(rows, mr);
     const int64_t tiles_per_block = std::max<int64_t>(1, own_panels ? row_tiles : mc_max / mr);
     const int64_t blocks = rows > 0 ? gemm_ceil_div(row_tiles, tiles_per_block) : 0;
     const auto block_row = [&](int64_t b) { return i_begin + (b * row_tiles / blocks) * rows / row_tiles; };
