@@ -107,16 +107,14 @@ std::size_t conv1x1_sgemm_ws(const ConvGeom& g) {
   return sgemm_workspace<Arch>(g.K, g.P * g.Q, g.C, ::opfuse::detail::hardware_threads(), conv1x1_nc_cap<Arch>(g));
 }
 
-// NCHW: the weights (K x C) as the GEMM's A, the folded batchnorms' scale applied as A is packed
+// NCHW: sets sg's A to the weights (K x C), the folded batchnorms' scale applied as A is packed
 // (a_scale): the A fields of the per-image GEMM, for prepare's pack_a_all and for execute alike.
-inline SgemmArgs nchw_weights_as_a(const OpDesc& d, const ConvGeom& g, const float* w, const float* scale) {
-  SgemmArgs sg;
+inline void set_weights_as_a(SgemmArgs& sg, const OpDesc& d, const ConvGeom& g, const float* w, const float* scale) {
   sg.m = g.K;
   sg.k = g.C;
   sg.a = w;
   sg.lda = g.ws[0];
   sg.a_scale = conv_folded_batchnorms(d.p<Conv2dParams>()) > 0 ? scale : nullptr;
-  return sg;
 }
 
 struct Conv1x1State {
@@ -388,7 +386,8 @@ Status Conv1x1::prepare(Arch, const OpDesc& desc, const Context&, const Tensor* 
       // NCHW: the weights are A; packed once here, not as every call's first step (a visible
       // share of the time where the weights outweigh the pixels, as for c320 -> k1280 at 7 x 7:
       // 1.6 MB of weights against 49 pixels).
-      const SgemmArgs sg = nchw_weights_as_a(desc, g, constants[1]->data(), st->scale.get());
+      SgemmArgs sg;
+      set_weights_as_a(sg, desc, g, constants[1]->data(), st->scale.get());
       st->packed_a = alloc_floats(packed_a_size<Arch>(g.K, g.C));
       pack_a_all<Arch>(sg, st->packed_a.get());
     }
@@ -452,12 +451,7 @@ void Conv1x1::operator()(Arch, const KernelArgs& args) const {
   // Per image: y[n] (K x PQ) = diag(sc) w (K x C) x[n] (C x PQ); output channels are the rows,
   // and the folded scale is applied as sgemm packs w (a_scale).
   const i64 PQ = g.P * g.Q;
-  const SgemmArgs wa = nchw_weights_as_a(d, g, args.in[1]->data(), scale);
-  sg.m = wa.m;
-  sg.k = wa.k;
-  sg.a = wa.a;
-  sg.lda = wa.lda;
-  sg.a_scale = wa.a_scale;
+  set_weights_as_a(sg, d, g, args.in[1]->data(), scale);
   sg.n = PQ;
   sg.packed_a = st->packed_a.get();
   sg.ldb = PQ;

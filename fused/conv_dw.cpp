@@ -94,7 +94,7 @@ Status ConvDepthwise::prepare(Arch, const OpDesc& desc, const Context& ctx, cons
                               std::shared_ptr<void>& state) {
   auto st = std::make_shared<DepthwiseState>();
   const ConvGeom g = conv_geom(desc);
-  if (!g.x_nhwc) simd::dw_prepare_planes<Arch>(g, ctx.threads, &st->dw, 1, simd::dw_from_rows(g));
+  if (!g.x_nhwc) simd::dw_nchw_prepare<Arch>(g, ctx.threads, &st->dw);
   if (fold_bound(desc, constants)) {
     st->sc = alloc_floats(static_cast<std::size_t>(g.K));
     st->bi = alloc_floats(static_cast<std::size_t>(g.K));

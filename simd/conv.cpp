@@ -636,7 +636,7 @@ Status ConvDepthwise::prepare(Arch, const OpDesc& desc, const Context& ctx, cons
     pack_dw_weights(g, constants[1]->data(), st->weights.data);
     st->packed = true;
   }
-  if (!g.x_nhwc) dw_prepare_planes<Arch>(g, ctx.threads, st.get(), 1, dw_from_rows(g));
+  if (!g.x_nhwc) dw_nchw_prepare<Arch>(g, ctx.threads, st.get());
   state = st;
   return Status::ok();
 }

@@ -455,7 +455,7 @@ inline bool dw_from_rows(const ConvGeom& g) {
 }
 
 // Prepare: the taps' offsets in the phase-split plane and `per_slot` planes per thread; with
-// taps_only (dw_nchw_run where dw_from_rows), no plane, only the taps.
+// taps_only (dw_nchw_prepare where dw_from_rows), no plane, only the taps.
 template <class Arch>
 void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st, i64 per_slot = 1, bool taps_only = false) {
   const DwPlane pl = dw_plane<Arch>(g);
@@ -470,6 +470,12 @@ void dw_prepare_planes(const ConvGeom& g, int threads, DwState* st, i64 per_slot
     }
   st->slots = std::max(1, threads);
   st->planes.resize(static_cast<std::size_t>(st->slots * per_slot * st->plane_floats));
+}
+
+// Prepare of dw_nchw_run: one plane per thread, or only the taps where it reads x's rows.
+template <class Arch>
+void dw_nchw_prepare(const ConvGeom& g, int threads, DwState* st) {
+  dw_prepare_planes<Arch>(g, threads, st, 1, dw_from_rows(g));
 }
 
 // dst[0, n) = src[0, n), inline: n is a register here (as a lambda capture it was reloaded
@@ -804,7 +810,7 @@ void dw_nchw_run(const ConvGeom& g, const DwState* st, const float* x, float* y,
   // (dw3_pair), a last odd row alone.
   const bool pairs = g.R == 3 && g.S == 3 && g.dh == 1 && sh == 1;
   // 3x3 stride 2 with left padding 1 (MobileNet's stride 2): from x's rows (dw3s2_row); the
-  // thread's buffer is then only the taps (dw_prepare_planes).
+  // thread's buffer is then only the taps (dw_nchw_prepare).
   const bool s2 = dw_from_rows(g);
   // rows_done every `crows` rows: per whole plane it measured slower once the stride-2 input
   // plane had evicted the outputs from L1. Even when pairing, so a run ends on a pair's end.
