@@ -1516,6 +1516,15 @@ inline bool direct_split_channels(i64 rows, i64 blocks, i64 t, i64 weight_bytes)
   return t > 1 && blocks >= 2 * t && (uneven || 2 * weight_bytes > static_cast<i64>(cache_sizes().l2));
 }
 
+// Whether direct_block runs pointwise_run: 1x1, stride 1, x read in place (NHWC, unpadded), NHWC
+// y, one group and one block of input channels.
+template <class Arch>
+bool direct_pointwise(const DirectPlan<Arch>& pl) {
+  const ConvGeom& g = pl.g;
+  return g.R == 1 && g.S == 1 && g.sh == 1 && g.sw == 1 && !pl.copy_x && !pl.ybuf && g.G == 1 &&
+         direct_cblock(g, pl.KB) >= g.Cg;
+}
+
 template <class Arch>
 DirectPlan<Arch> direct_plan(const OpDesc& d) {
   DirectPlan<Arch> pl{};
@@ -1535,16 +1544,13 @@ DirectPlan<Arch> direct_plan(const OpDesc& d) {
   // and the NCHW 3x3 256 -> 256 @14 (2.4 MB) four times.
   const i64 tile_floats = 65536;
   pl.RB = std::clamp<i64>(tile_floats / std::max<i64>(1, g.Q * g.K), 1, g.P);
+  // A pointwise block has no partial sums (all input channels in one block): its y is stored
+  // once, so only x must stay in L2 while the block's channel blocks run over it, and every row
+  // block streams all the weights again. Blocks as large as ~256 KB of x: ResNet-50's expanding
+  // 1x1 at 14 x 14 (1 MB of weights, beyond L2) read its weights 4 times per call with 64 K
+  // floats of y per block, once this way.
+  if (direct_pointwise(pl)) pl.RB = std::clamp<i64>(std::max(pl.RB, tile_floats / std::max<i64>(1, g.Q * g.C)), 1, g.P);
   return pl;
-}
-
-// Whether direct_block runs pointwise_run: 1x1, stride 1, x read in place (NHWC, unpadded), NHWC
-// y, one group and one block of input channels.
-template <class Arch>
-bool direct_pointwise(const DirectPlan<Arch>& pl) {
-  const ConvGeom& g = pl.g;
-  return g.R == 1 && g.S == 1 && g.sh == 1 && g.sw == 1 && !pl.copy_x && !pl.ybuf && g.G == 1 &&
-         direct_cblock(g, pl.KB) >= g.Cg;
 }
 
 // Thread id of nt's share of a direct convolution (direct_split_channels): output rows [b, e)
