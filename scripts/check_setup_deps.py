@@ -87,24 +87,33 @@ def closure(roots, pkgs, prov):
 
 def owners(paths):
     """{path: set of packages} for the paths dpkg knows (tries the path, its realpath, and the
-    pre-merged-/usr spelling)."""
-    result = {}
+    pre-merged-/usr spelling, in that order). One `dpkg -S` for all of them: each call reads the
+    whole package database, and one call per path took most of this check's time."""
+    cands = {}
     for path in sorted(paths):
-        cands = [path, os.path.realpath(path)]
-        for c in list(cands):
-            if c.startswith("/usr/lib/") or c.startswith("/usr/bin/") or c.startswith("/usr/sbin/"):
-                cands.append(c[len("/usr"):])
-        for c in cands:
-            out = run(["dpkg", "-S", c])
-            if out.returncode == 0:
-                pk = set()
-                for line in out.stdout.splitlines():
-                    if ": " in line and not line.startswith("diversion"):
-                        for name in line.split(": ", 1)[0].split(","):
-                            pk.add(name.strip().split(":")[0])
-                if pk:
-                    result[path] = pk
-                    break
+        c = [path, os.path.realpath(path)]
+        for x in list(c):
+            if x.startswith("/usr/lib/") or x.startswith("/usr/bin/") or x.startswith("/usr/sbin/"):
+                c.append(x[len("/usr"):])
+        # dpkg reads *, ?, [ and backslash in a pattern as wildcards: such a spelling is not asked.
+        cands[path] = [x for x in dict.fromkeys(c) if not re.search(r"[*?\[\\]", x)]
+    found = {}
+    asked = sorted({x for c in cands.values() for x in c})
+    for i in range(0, len(asked), 500):
+        # Exit status 1 when some pattern matched nothing; the matches are still printed.
+        out = run(["dpkg", "-S", *asked[i:i + 500]])
+        for line in out.stdout.splitlines():
+            if ": " not in line or line.startswith("diversion"):
+                continue
+            names, file = line.split(": ", 1)
+            pk = {name.strip().split(":")[0] for name in names.split(",")}
+            found.setdefault(file.strip(), set()).update(pk)
+    result = {}
+    for path, c in cands.items():
+        for x in c:
+            if found.get(x):
+                result[path] = found[x]
+                break
     return result
 
 
