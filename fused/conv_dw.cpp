@@ -140,7 +140,9 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
     };
     if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
       const Activation act = epi.steps[0].act;
-      simd::with_act_kind(act.kind, [&](auto kind) { run(simd::ActMap<Arch, decltype(kind)::value>{act}); });
+      simd::with_common_act_kind(
+          act.kind, [&](auto kind) { run(simd::ActMap<Arch, decltype(kind)::value>{act}); },
+          [&] { run(DwNhwcEpi<Arch>{&epi}); });
     } else {
       run(DwNhwcEpi<Arch>{&epi});
     }
@@ -160,12 +162,15 @@ void ConvDepthwise::operator()(Arch, const KernelArgs& args) const {
     simd::dw_nchw_run<Arch>(g, &st->dw, args.in[0]->data(), args.out[0]->mutable_data(), args.threads, setup, epi_of,
                             [](i64, i64, float*, i64, i64) {});
   };
+  // The general chain: kinds with_common_act_kind leaves to it, and every other chain.
+  const auto chain = [&](i64 n, i64 c) { return DwPlaneEpi<Arch>{epi.for_image(image_stride, n), c}; };
   if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
     const Activation act = epi.steps[0].act;
-    simd::with_act_kind(
-        act.kind, [&](auto kind) { run([act](i64, i64) { return simd::ActMap<Arch, decltype(kind)::value>{act}; }); });
+    simd::with_common_act_kind(
+        act.kind, [&](auto kind) { run([act](i64, i64) { return simd::ActMap<Arch, decltype(kind)::value>{act}; }); },
+        [&] { run(chain); });
   } else {
-    run([&](i64 n, i64 c) { return DwPlaneEpi<Arch>{epi.for_image(image_stride, n), c}; });
+    run(chain);
   }
 }
 
@@ -293,7 +298,9 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
       run(simd::NoMap{});
     } else {
       const Activation act = epi.steps[0].act;
-      simd::with_act_kind(act.kind, [&](auto kind) { run(simd::ActMap<Arch, decltype(kind)::value>{act}); });
+      simd::with_common_act_kind(
+          act.kind, [&](auto kind) { run(simd::ActMap<Arch, decltype(kind)::value>{act}); },
+          [&] { run(simd::ActMapAny<Arch>{act}); });
     }
     return;
   }
@@ -304,12 +311,14 @@ void ConvSmallC::operator()(Arch, const KernelArgs& args) const {
     simd::smallc_run<Arch>(g, &st->dw, args.in[0]->data(), wpk, bpk, args.out[0]->mutable_data(), args.threads, epi_of,
                            [](i64, i64, i64) {});
   };
+  const auto chain = [&](i64 n, i64 k0) { return SmallcEpi<Arch>{epi.for_image(image_stride, n), k0, K}; };
   if (epi.n == 1 && epi.steps[0].kind == PostOp::Kind::activation) {
     const Activation act = epi.steps[0].act;
-    simd::with_act_kind(
-        act.kind, [&](auto kind) { run([act](i64, i64) { return simd::ActMap<Arch, decltype(kind)::value>{act}; }); });
+    simd::with_common_act_kind(
+        act.kind, [&](auto kind) { run([act](i64, i64) { return simd::ActMap<Arch, decltype(kind)::value>{act}; }); },
+        [&] { run(chain); });
   } else {
-    run([&](i64 n, i64 k0) { return SmallcEpi<Arch>{epi.for_image(image_stride, n), k0, K}; });
+    run(chain);
   }
 }
 

@@ -77,6 +77,26 @@ fbatch<Arch> activate(const Activation& a, fbatch<Arch> x) {
   return with_act_kind(a.kind, [&](auto k) { return activate_k<decltype(k)::value, Arch>(a, x); });
 }
 
+// with_act_kind for the kinds that follow a depthwise or a stem convolution in real models
+// (ReLU, ReLU6 as clip, LeakyReLU, HardSwish, SiLU): fixed(std::integral_constant<ActKind, K>{})
+// for those, any() for the rest, which a kernel then runs with the kind read per vector
+// (ActMapAny, or its general chain). A kernel's loops are compiled once per kind passed to
+// fixed: each of the other kinds, compiled for every depthwise and small-C variant at every
+// ISA, made fused/conv_dw.cpp the slowest file of the build.
+template <class Fixed, class Any>
+inline decltype(auto) with_common_act_kind(ActKind kind, Fixed&& fixed, Any&& any) {
+  using K = ActKind;
+  switch (kind) {
+    case K::relu: return fixed(std::integral_constant<K, K::relu>{});
+    case K::clip: return fixed(std::integral_constant<K, K::clip>{});
+    case K::leaky_relu: return fixed(std::integral_constant<K, K::leaky_relu>{});
+    case K::hardswish: return fixed(std::integral_constant<K, K::hardswish>{});
+    case K::silu: return fixed(std::integral_constant<K, K::silu>{});
+    default: break;
+  }
+  return any();
+}
+
 template <class Arch>
 inline float activate_scalar(const Activation& a, float v) {
   // The tail uses the same code on a one-lane view: broadcast, compute, take lane 0.
@@ -128,6 +148,25 @@ struct ActMap {
       return vmax<Arch>(B(0.f), acc);
     else
       return activate_k<K, Arch>(act, acc);
+  }
+};
+
+// ActMap with the kind read per vector (activate): the kernel's map for the kinds
+// with_common_act_kind leaves to any().
+template <class Arch>
+struct ActMapAny {
+  Activation act;
+  template <class B, int NV>
+  void operator()(B (&acc)[NV], std::int64_t, std::int64_t) const {
+    for (int v = 0; v < NV; ++v) acc[v] = activate<Arch>(act, acc[v]);
+  }
+  template <class B, int KC, int NV>
+  void operator()(B (&acc)[KC][NV], std::int64_t, std::int64_t) const {
+    for (int u = 0; u < KC; ++u)
+      for (int v = 0; v < NV; ++v) acc[u][v] = activate<Arch>(act, acc[u][v]);
+  }
+  fbatch<Arch> operator()(fbatch<Arch> acc, std::int64_t, std::int64_t, std::int64_t) const {
+    return activate<Arch>(act, acc);
   }
 };
 

@@ -387,6 +387,15 @@ void conv_cases(Cases& c, Rng& rng) {
   c.add(
       conv({1, 24, 8, 8, 24, 3, 3, 1, 1, 1, 24, kNhwc}, false, {PostOp::binary_op(BinaryKind::mul)}, {{1, 24, 1, 1}}));
   c.add(conv({1, 16, 15, 15, 16, 3, 3, 2, 2, 2, 16, kNhwc}, true, {act(ActKind::silu), PostOp::batchnorm()}));
+  // Activations the depthwise and small-C kernels leave to their general chain
+  // (simd::with_common_act_kind): sigmoid and GELU after NCHW depthwise at stride 1 (row pairs)
+  // and 2, tanh after NHWC depthwise, GELU's tanh form and sigmoid on the small-C stem in NCHW
+  // and NHWC.
+  c.add(conv({1, 16, 11, 37, 16, 3, 3, 1, 1, 1, 16}, true, {PostOp::batchnorm(), act(ActKind::sigmoid)}));
+  c.add(conv({1, 16, 14, 30, 16, 3, 3, 2, 1, 1, 16}, false, {act(ActKind::gelu_erf)}), kNan);
+  c.add(conv({1, 40, 9, 9, 40, 3, 3, 1, 1, 1, 40, kNhwc}, true, {PostOp::batchnorm(), act(ActKind::tanh)}));
+  c.add(conv({1, 3, 20, 50, 10, 3, 3, 2, 1}, true, {PostOp::batchnorm(), act(ActKind::gelu_tanh)}));
+  c.add(conv({1, 3, 20, 50, 10, 3, 3, 2, 1, 1, 1, kNhwc}, false, {PostOp::batchnorm(), act(ActKind::sigmoid)}));
   // NHWC 3x3 windows inside the image (weights in registers) next to edge ones: wide rows, stride
   // 2, dilation, and rows too narrow for any interior window (width 2, stride 2, right pad 1).
   c.add(conv({2, 40, 12, 29, 40, 3, 3, 1, 1, 1, 40, kNhwc}, true, bn_add_relu));
