@@ -87,6 +87,36 @@ TEST(ModelPlan, ResnetKeepsNhwcBetweenConvolutions) {
   EXPECT_EQ(plan->peak_bytes() >= plan->weight_bytes() + plan->arena_bytes(), true);
 }
 
+// The layout conversions around a convolution (the NCHW input to NHWC, the NHWC output back)
+// split their tiles over the plan's threads: an identity 1x1 convolution over two images of
+// 61 x 53 (enough to split, and an HW that is no multiple of the 8 x 8 tiles) returns its input
+// bit for bit at 1, 2 and 3 threads.
+TEST(ModelPlan, LayoutConversionsAreExactAtAnyThreadCount) {
+  ModelBuilder b;
+  b.input("x", {2, 3, 61, 53});
+  b.weight("w", {3, 3, 1, 1}, std::vector<float>{1, 0, 0, 0, 1, 0, 0, 0, 1});
+  b.node("Conv", {"x", "w"}, {"y"});
+  b.output("y", {2, 3, 61, 53});
+  const std::string bytes = b.bytes();
+  auto m = Model::load_memory(bytes.data(), bytes.size());
+  ASSERT_TRUE(m) << m.status().to_string();
+  const auto in = random_inputs(*m, {}, 7);
+  for (int t : {1, 2, 3}) {
+    CompileOptions co;
+    co.stage = Stage::simd;
+    co.threads = t;
+    auto plan = Plan::compile(*m, co);
+    ASSERT_TRUE(plan) << plan.status().to_string();
+    const std::string g = plan->dump_graph();
+    EXPECT_NE(g.find("to_nhwc"), std::string::npos) << g;
+    EXPECT_NE(g.find("to_nchw"), std::string::npos) << g;
+    auto out = plan->run(refs_of(in));
+    ASSERT_TRUE(out) << out.status().to_string();
+    ASSERT_EQ(out->size(), 1u);
+    EXPECT_EQ((*out)[0].f32, in[0].f32) << t << " threads";
+  }
+}
+
 TEST(ModelPlan, NaiveStageConvertsNothing) {
   auto m = Model::load_builtin("mobilenet_v2");
   ASSERT_TRUE(m);

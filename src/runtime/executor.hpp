@@ -43,6 +43,7 @@ struct Step {
   float* dst = nullptr;
   std::int64_t n = 0, c = 0, hw = 0;
   bool to_nhwc = false;
+  int threads = 1;  // convert: the plan's thread count
   std::uint64_t workspace_bytes = 0;
   float* workspace = nullptr;  // the run state's kernel workspace, shared by its steps
   // Modeled work: op_cost() of the registry desc (every gemm call of a matmul), the bytes read
