@@ -85,16 +85,14 @@ fbatch<Arch> activate(const Activation& a, fbatch<Arch> x) {
 // ISA, made fused/conv_dw.cpp the slowest file of the build.
 template <class Fixed, class Any>
 inline decltype(auto) with_common_act_kind(ActKind kind, Fixed&& fixed, Any&& any) {
-  using K = ActKind;
-  switch (kind) {
-    case K::relu: return fixed(std::integral_constant<K, K::relu>{});
-    case K::clip: return fixed(std::integral_constant<K, K::clip>{});
-    case K::leaky_relu: return fixed(std::integral_constant<K, K::leaky_relu>{});
-    case K::hardswish: return fixed(std::integral_constant<K, K::hardswish>{});
-    case K::silu: return fixed(std::integral_constant<K, K::silu>{});
-    default: break;
-  }
-  return any();
+  return with_act_kind(kind, [&](auto k) -> decltype(auto) {
+    using K = ActKind;
+    constexpr K k0 = decltype(k)::value;
+    if constexpr (k0 == K::relu || k0 == K::clip || k0 == K::leaky_relu || k0 == K::hardswish || k0 == K::silu)
+      return fixed(k);
+    else
+      return any();
+  });
 }
 
 template <class Arch>
