@@ -23,11 +23,6 @@ Status op_error(StatusCode code, const OpDesc& d, const std::string& msg) {
   return {code, fmt::format("{}: {}", op_name(d.op), msg)};
 }
 
-int resolve_threads(int requested) {
-  if (requested > 0) return requested;
-  return detail::hardware_threads();
-}
-
 bool overlaps(const Tensor& a, const Tensor& b) {
   const float* a0 = a.data();
   const float* b0 = b.data();
@@ -126,7 +121,7 @@ Result<Primitive> prepare_kernel(const OpDesc& desc, const KernelDef& kernel, co
     impl->desc = desc;
     impl->kernel = &kernel;
     impl->outputs = std::move(*outs);
-    impl->threads = resolve_threads(ctx.threads);
+    impl->threads = detail::resolve_threads(ctx.threads);
     // The memory budget, before anything is allocated: the workspace prepare allocates and the
     // packed copies of the bound constants (a kernel's prepare step keeps about their size).
     const std::size_t ws_floats = kernel.workspace ? kernel.workspace(desc) : 0;

@@ -13,4 +13,6 @@ int hardware_threads() noexcept {
   return n;
 }
 
+int resolve_threads(int requested) noexcept { return requested > 0 ? requested : hardware_threads(); }
+
 }  // namespace opfuse::detail

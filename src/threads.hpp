@@ -12,4 +12,7 @@ namespace opfuse::detail {
 // context), consistent with the team it clamps to this count at execute.
 int hardware_threads() noexcept;
 
+// A requested thread count as run: itself when positive, 0 (or less) meaning all cores.
+int resolve_threads(int requested) noexcept;
+
 }  // namespace opfuse::detail
